@@ -1,0 +1,88 @@
+"""Paths outside the resource API: health, version, discovery, OpenAPI, issuer discovery;
+and rendering objects as JSON or as a meta.k8s.io Table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from aiohttp import web
+
+from . import discovery, openapi, printers
+from .authz import User
+from .resources import ResourceType
+from .store import dumps
+from .tokens import TokenIssuer
+
+_HEALTH = ("/healthz", "/livez", "/readyz")
+
+
+def _not_found() -> web.Response:
+    # Unknown paths get Go's plain-text mux answer, not a Status (h_apis_missing_group).
+    return web.Response(status=404, text="404 page not found\n", content_type="text/plain")
+
+
+class NonResourcePaths:
+    """Serves every GET that is not a resource request."""
+
+    def __init__(self, resources: Sequence[ResourceType], tokens: TokenIssuer) -> None:
+        self.resources = list(resources)
+        self.tokens = tokens
+        self._openapi = openapi.OpenApiDocuments(self.resources)
+
+    async def serve(self, request: web.Request, user: User) -> web.StreamResponse:
+        path = request.path
+        if request.method not in ("GET", "HEAD"):
+            return _not_found()
+        accept = request.headers.get("Accept")
+        if path in _HEALTH or path.startswith(tuple(p + "/" for p in _HEALTH)):
+            return web.Response(text="ok", content_type="text/plain")
+        if path == "/.well-known/openid-configuration":
+            base = f"{request.scheme}://{request.host}"
+            return self._json(200, self.tokens.openid_configuration(base))
+        if path == "/openid/v1/jwks":
+            if not self.tokens.jwks_acceptable(accept):
+                error = self.tokens.jwks_not_acceptable()
+                return self._json(error.code, error.to_json())
+            return web.Response(
+                body=dumps(self.tokens.jwks()), content_type="application/jwk-set+json"
+            )
+        if path == "/openapi/v2" or path.startswith("/openapi/v3"):
+            found = self._openapi.serve(path, dict(request.query), accept)
+            if found is None:
+                return _not_found()
+            return web.Response(
+                status=found.status,
+                body=found.body,
+                headers={"Content-Type": found.content_type, **found.headers},
+            )
+        answer = discovery.discover(self.resources, path, accept, request.host)
+        if answer is None:
+            return _not_found()
+        return web.Response(
+            status=answer.status,
+            body=dumps(answer.body),
+            headers={"Content-Type": answer.content_type},
+        )
+
+    @staticmethod
+    def _json(code: int, body: Any) -> web.Response:
+        return web.Response(status=code, body=dumps(body), content_type="application/json")
+
+    def render(
+        self, request: web.Request, resource: ResourceType, body: dict[str, Any], code: int
+    ) -> web.Response:
+        """JSON, or a Table when the client asks for one (``kubectl get``)."""
+        accept = request.headers.get("Accept", "")
+        if "as=Table" in accept and code < 300 and body.get("kind") != "Status":
+            items = body.get("items") if body.get("kind", "").endswith("List") else None
+            objects = items if items is not None else [body]
+            table = printers.table(
+                resource, objects, list_meta=body.get("metadata") if items is not None else None
+            )
+            return web.Response(
+                status=code,
+                body=dumps(table),
+                headers={"Content-Type": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+            )
+        return self._json(code, body)

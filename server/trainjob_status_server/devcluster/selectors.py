@@ -1,0 +1,132 @@
+"""Label and field selectors as the API server parses them (pure)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .status import ApiError
+
+_SET_RE = re.compile(r"^\s*(!?)\s*([A-Za-z0-9_./-]+)\s*(?:(in|notin)\s*\((.*?)\))?\s*$")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    key: str
+    op: str  # "=", "!=", "in", "notin", "exists", "!exists"
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        value = labels.get(self.key)
+        if self.op == "exists":
+            return present
+        if self.op == "!exists":
+            return not present
+        if self.op in ("=", "in"):
+            return present and value in self.values
+        # "!=" and "notin" also match objects without the label, as in Kubernetes.
+        return not present or value not in self.values
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas that are not inside parentheses (``a in (x,y),b``)."""
+    parts: list[str] = []
+    depth = 0
+    current = ""
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    return [p for p in (p.strip() for p in parts) if p]
+
+
+def _bad_selector(kind: str, text: str) -> ApiError:
+    return ApiError(
+        400, "BadRequest", f'unable to parse requirement: invalid {kind} selector: "{text}"'
+    )
+
+
+def parse_label_selector(text: str | None) -> list[Requirement]:
+    """Parse ``a=b,c!=d,e in (f,g),!h,i``; an empty selector matches everything."""
+    if not text:
+        return []
+    requirements: list[Requirement] = []
+    for part in _split_top_level(text):
+        for op in ("!=", "==", "="):
+            if op in part and "(" not in part:
+                key, _, value = part.partition(op)
+                requirements.append(
+                    Requirement(key.strip(), "!=" if op == "!=" else "=", (value.strip(),))
+                )
+                break
+        else:
+            match = _SET_RE.match(part)
+            if not match:
+                raise _bad_selector("label", text)
+            negate, key, set_op, values = match.groups()
+            if set_op:
+                if negate:
+                    raise _bad_selector("label", text)
+                vals = tuple(v.strip() for v in values.split(",") if v.strip())
+                requirements.append(Requirement(key, set_op, vals))
+            else:
+                requirements.append(Requirement(key, "!exists" if negate else "exists"))
+    return requirements
+
+
+def labels_match(requirements: list[Requirement], obj: Mapping[str, Any]) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    return all(r.matches(labels) for r in requirements)
+
+
+def _field_value(obj: Mapping[str, Any], path: str) -> str | None:
+    current: Any = obj
+    for part in path.split("."):
+        if not isinstance(current, Mapping) or part not in current:
+            return None
+        current = current[part]
+    if current is None:
+        return None
+    if isinstance(current, bool):
+        return "true" if current else "false"
+    return str(current)
+
+
+def parse_field_selector(text: str | None) -> Callable[[Mapping[str, Any]], bool]:
+    """``metadata.name=x,involvedObject.uid=y,status.phase!=Running``: a predicate.
+
+    Any dotted path is accepted (the real server restricts each type to a few indexed
+    fields; our clients only use the indexed ones).
+    """
+    if not text:
+        return lambda _obj: True
+    terms: list[tuple[str, bool, str]] = []
+    for part in _split_top_level(text):
+        if "!=" in part:
+            key, _, value = part.partition("!=")
+            terms.append((key.strip(), False, value.strip()))
+        elif "=" in part:
+            key, _, value = part.partition("==" if "==" in part else "=")
+            terms.append((key.strip(), True, value.strip()))
+        else:
+            raise _bad_selector("field", text)
+
+    def predicate(obj: Mapping[str, Any]) -> bool:
+        for key, equal, value in terms:
+            actual = _field_value(obj, key)
+            actual = "" if actual is None else actual
+            if (actual == value) != equal:
+                return False
+        return True
+
+    return predicate

@@ -1,0 +1,210 @@
+"""The development cluster's aiohttp application: authentication, faults, routing."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from . import authz, status
+from .faults import Faults, RequestInfo
+from .listwatch import list_objects, serve_watch
+from .nonresource import NonResourcePaths
+from .rest import Answer, Call, ResourceApi
+from .routing import Registry, route
+from .status import ApiError
+from .store import Obj, Store, dumps
+from .tokens import TokenIssuer
+
+_MAX_BODY = 3 * 1024 * 1024  # the real server's limit for a request body
+
+
+def json_response(code: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=code,
+        body=dumps(body),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def _warning_header(warnings: list[str]) -> dict[str, str]:
+    if not warnings:
+        return {}
+    # One header value per warning is allowed; joined with ", " as multiple values.
+    return {"Warning": ", ".join(f"299 - {json.dumps(w)}" for w in warnings)}
+
+
+class ClusterApp:
+    """Serves the Kubernetes API paths the development cluster supports."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        tokens: TokenIssuer,
+        faults: Faults,
+        admin_token: str,
+        clock: Callable[[], float],
+        bookmark_interval: float = 10.0,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.tokens = tokens
+        self.faults = faults
+        self.admin_token = admin_token
+        self.clock = clock
+        self.bookmark_interval = bookmark_interval
+        self.api = ResourceApi(store, clock)
+        self.paths = NonResourcePaths(registry.resources, tokens)
+        # Requests currently being served, so a stop can wait for them.
+        self.in_flight = 0
+
+    def build(self) -> web.Application:
+        app = web.Application(client_max_size=_MAX_BODY)
+        app.router.add_route("*", "/{tail:.*}", self.dispatch)
+        return app
+
+    # -- authentication ------------------------------------------------------------------
+
+    def authenticate(self, request: web.Request) -> authz.User:
+        header = request.headers.get("Authorization")
+        if header is None:
+            return authz.ANONYMOUS
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise status.unauthorized()
+        if hmac.compare_digest(token.encode(), self.admin_token.encode()):
+            return authz.ADMIN
+        user = self.tokens.authenticate(token, self._lookup)
+        if user is None:
+            raise status.unauthorized()
+        return authz.User(user["username"], user.get("uid", ""), tuple(user.get("groups", ())))
+
+    def _role(self, kind: str, namespace: str, name: str) -> Obj | None:
+        if kind == "ClusterRole":
+            return self.store.get("clusterroles.rbac.authorization.k8s.io", "", name)
+        return self.store.get("roles.rbac.authorization.k8s.io", namespace, name)
+
+    def _bindings(self, namespace: str) -> list[Obj]:
+        found = self.store.list("clusterrolebindings.rbac.authorization.k8s.io")
+        if namespace:
+            found += self.store.list("rolebindings.rbac.authorization.k8s.io", namespace)
+        return found
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        try:
+            return await self._dispatch(request)
+        except ApiError as exc:
+            return json_response(exc.code, exc.to_json(), exc.headers)
+        finally:
+            self.in_flight -= 1
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        query = request.query
+        found = route(self.registry, request.method, request.path, query)
+        info, resource = found.info, found.resource
+        user = self.authenticate(request)
+        self.faults.record(info)
+        for fault in self.faults.take(info):
+            if fault.delay:
+                await asyncio.sleep(fault.delay)
+            error = fault.error()
+            if error is not None:
+                raise error
+        authz.authorize(user, info, resource, self._bindings(info.namespace), self._role)
+        if resource is None:
+            return await self.paths.serve(request, user)
+        body = await request.read() if request.can_read_body else b""
+        call = Call(
+            info=info,
+            resource=resource,
+            query=query,
+            body=body,
+            content_type=request.headers.get("Content-Type", ""),
+            user_agent=request.headers.get("User-Agent"),
+        )
+        verb = info.verb
+        if verb == "watch":
+            namespace = info.namespace or None
+            return await serve_watch(
+                request, self.store, resource, namespace, self.bookmark_interval
+            )
+        if verb == "list":
+            listed = list_objects(self.store, resource, info.namespace or None, query)
+            return self.paths.render(request, resource, listed, 200)
+        answer = self._special(call) or self._verb(call)
+        response = self.paths.render(request, resource, answer.body, answer.code)
+        response.headers.update(_warning_header(call.warnings))
+        return response
+
+    def _verb(self, call: Call) -> Answer:
+        verb, sub = call.info.verb, call.info.subresource
+        if sub and sub != "status":
+            raise status.method_not_allowed()
+        if verb == "get":
+            return self.api.get(call)
+        if verb == "create" and not sub:
+            return self.api.create(call)
+        if verb == "update":
+            return self.api.update(call)
+        if verb == "patch":
+            return self.api.patch(call)
+        if verb == "delete" and not sub:
+            return self.api.delete(call)
+        raise status.method_not_allowed()
+
+    def _special(self, call: Call) -> Answer | None:
+        """Verbs that are not storage: token requests, token reviews, new namespaces."""
+        info = call.info
+        if info.resource == "serviceaccounts" and info.subresource == "token":
+            if info.verb != "create":
+                raise status.method_not_allowed()
+            sa = self.store.get("serviceaccounts", info.namespace, info.name)
+            if sa is None:
+                raise status.not_found("serviceaccounts", "", "serviceaccounts", info.name)
+            body = self._json_object(call)
+            return Answer(201, self.tokens.request_token(info.namespace, sa, body, self._lookup))
+        if info.resource == "tokenreviews":
+            if info.verb != "create":
+                raise status.method_not_allowed()
+            return Answer(201, self.tokens.review(self._json_object(call), self._lookup))
+        if info.resource == "namespaces" and info.verb == "create" and call.resource.builtin:
+            answer = self.api.create(call)
+            if not call.dry_run:
+                self._default_service_account(answer.body["metadata"]["name"])
+            return answer
+        return None
+
+    def _json_object(self, call: Call) -> Obj:
+        try:
+            body = json.loads(call.body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise status.bad_request(f"error decoding body: {exc}") from exc
+        if not isinstance(body, dict):
+            raise status.bad_request("the body is not an object")
+        return body
+
+    def _lookup(self, kind: str, namespace: str, name: str) -> Obj | None:
+        plural = {"Pod": "pods", "Secret": "secrets", "ServiceAccount": "serviceaccounts"}.get(kind)
+        if plural is None:
+            return None
+        return self.store.get(plural, namespace, name)
+
+    def _default_service_account(self, namespace: str) -> None:
+        """The service-account controller's job: every namespace gets ``default``."""
+        if self.store.get("serviceaccounts", namespace, "default") is not None:
+            return
+        sa_type = self.registry.by_plural("serviceaccounts")
+        info = RequestInfo("POST", "", "create", "serviceaccounts", "", namespace, "")
+        body = json.dumps({"metadata": {"name": "default"}}).encode()
+        call = Call(info, sa_type, {"fieldManager": "kube-controller-manager"}, body)
+        self.api.create(call)

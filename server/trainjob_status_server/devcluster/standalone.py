@@ -1,0 +1,32 @@
+"""``trainjob-status-server devcluster``: serve until interrupted."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+from .cluster import DevCluster
+from .kubeconfig import write_kubeconfig
+
+
+async def run(port: int, kubeconfig_out: Path) -> None:
+    kubeconfig_out = await asyncio.to_thread(kubeconfig_out.resolve)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with DevCluster(port=port) as cluster:
+        # Written only now: whoever polls for the file can use it at once.
+        write_kubeconfig(kubeconfig_out, cluster.url, cluster.ca.cert_pem, cluster.admin_token)
+        print(
+            f"devcluster serving {cluster.url} (development only); "
+            f"kubeconfig: {kubeconfig_out}; Ctrl-C stops it",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            await stop.wait()
+        finally:
+            await asyncio.to_thread(kubeconfig_out.unlink, missing_ok=True)

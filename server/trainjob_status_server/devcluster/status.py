@@ -1,0 +1,131 @@
+"""metav1.Status answers of the development cluster, built in one place.
+
+Messages, reasons and details follow what a real kube-apiserver sends; the tests pin
+them against recorded answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One entry of ``details.causes`` (metav1.StatusCause)."""
+
+    reason: str
+    message: str
+    field: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"reason": self.reason, "message": self.message, "field": self.field}
+
+
+class ApiError(Exception):
+    """An error answer: raised anywhere in a handler, rendered by the middleware."""
+
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+        self.headers = headers or {}
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+        }
+        if self.reason:
+            body["reason"] = self.reason
+        if self.details is not None:
+            body["details"] = self.details
+        body["code"] = self.code
+        return body
+
+
+def _details(name: str | None, group: str, kind: str) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    if name is not None:
+        details["name"] = name
+    if group:
+        details["group"] = group
+    details["kind"] = kind
+    return details
+
+
+def not_found(qualified: str, group: str, plural: str, name: str) -> ApiError:
+    """``trainjobs.trainer.kubeflow.org "x" not found``; details.kind is the plural."""
+    return ApiError(
+        404, "NotFound", f'{qualified} "{name}" not found', _details(name, group, plural)
+    )
+
+
+def already_exists(qualified: str, group: str, plural: str, name: str) -> ApiError:
+    return ApiError(
+        409,
+        "AlreadyExists",
+        f'{qualified} "{name}" already exists',
+        _details(name, group, plural),
+    )
+
+
+def conflict(qualified: str, group: str, plural: str, name: str) -> ApiError:
+    """The optimistic-concurrency conflict (stale resourceVersion)."""
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {qualified} "{name}": the object has been '
+        "modified; please apply your changes to the latest version and try again",
+        _details(name, group, plural),
+    )
+
+
+def invalid(kind_qualified: str, group: str, kind: str, name: str, causes: list[Cause]) -> ApiError:
+    """422 Invalid: ``Kind.group "name" is invalid: field: message`` (bracketed if many)."""
+    parts = [f"{c.field}: {c.message}" for c in causes]
+    joined = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
+    details = _details(name, group, kind)
+    details["causes"] = [c.to_json() for c in causes]
+    return ApiError(422, "Invalid", f'{kind_qualified} "{name}" is invalid: {joined}', details)
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+def internal(message: str) -> ApiError:
+    """A bare 500 with no reason or details (what a failed typed apply answers)."""
+    return ApiError(500, "", message)
+
+
+def unsupported_media_type() -> ApiError:
+    return ApiError(
+        415,
+        "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json, "
+        "application/apply-patch+yaml",
+    )
+
+
+def unauthorized() -> ApiError:
+    return ApiError(401, "Unauthorized", "Unauthorized")
+
+
+def method_not_allowed(
+    message: str = "the server does not allow this method on the requested resource",
+) -> ApiError:
+    return ApiError(405, "MethodNotAllowed", message, {})

@@ -1,0 +1,249 @@
+"""The development cluster's storage: objects, resourceVersions, the event window, watchers.
+
+Everything runs on one event loop and no method awaits, so a handler's read-modify-write
+is atomic without locks. Stored objects are never mutated after they are stored: writers
+build a new dict, so readers may hand stored objects out without copying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import json
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .selectors import Requirement, labels_match
+
+Obj = dict[str, Any]
+FieldPredicate = Callable[[Mapping[str, Any]], bool]
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact JSON with sorted keys, as the API server marshals unstructured objects."""
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+@dataclass
+class Event:
+    """A committed change; its JSON line is built once however many watchers get it."""
+
+    type: str  # ADDED, MODIFIED or DELETED
+    resource: str
+    obj: Obj
+    old: Obj | None
+    rv: int
+    _lines: dict[str, bytes] = field(default_factory=dict)
+
+    def line(self, event_type: str | None = None) -> bytes:
+        kind = event_type or self.type
+        cached = self._lines.get(kind)
+        if cached is None:
+            cached = dumps({"type": kind, "object": self.obj}) + b"\n"
+            self._lines[kind] = cached
+        return cached
+
+
+class Watcher:
+    """One open watch: filters events the way the watch cache does and queues their lines.
+
+    A MODIFIED event that moves an object into the selection is sent as ADDED, and one
+    that moves it out as DELETED, so a client's view stays consistent with its selector.
+    """
+
+    def __init__(
+        self,
+        resource: str,
+        namespace: str | None,
+        labels: builtins.list[Requirement],
+        fields: FieldPredicate,
+        max_queue: int,
+    ) -> None:
+        self.resource = resource
+        self.namespace = namespace
+        self.labels = labels
+        self.fields = fields
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.max_queue = max_queue
+        self.closed = False
+        self.last_rv = 0
+
+    def _selected(self, obj: Obj | None) -> bool:
+        if obj is None:
+            return False
+        meta = obj.get("metadata", {})
+        if self.namespace is not None and meta.get("namespace") != self.namespace:
+            return False
+        return labels_match(self.labels, obj) and self.fields(obj)
+
+    def event_type(self, event: Event) -> str | None:
+        """The type this watcher sees for ``event``, or None when it is filtered out."""
+        new_in = self._selected(event.obj)
+        if event.type == "ADDED":
+            return "ADDED" if new_in else None
+        if event.type == "DELETED":
+            return "DELETED" if new_in else None
+        old_in = self._selected(event.old)
+        if new_in and old_in:
+            return "MODIFIED"
+        if new_in:
+            return "ADDED"
+        if old_in:
+            return "DELETED"
+        return None
+
+    def offer(self, event: Event) -> None:
+        if self.closed or event.resource != self.resource:
+            return
+        event_type = self.event_type(event)
+        if event_type is None:
+            return
+        if self.queue.qsize() >= self.max_queue:
+            # A consumer this far behind is cut off, as the real server does with slow
+            # watchers; its informer relists.
+            self.close()
+            return
+        self.last_rv = event.rv
+        self.queue.put_nowait(event.line(event_type))
+
+    def send(self, line: bytes) -> None:
+        if not self.closed:
+            self.queue.put_nowait(line)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.queue.put_nowait(None)
+
+
+class Expired(Exception):
+    """A resourceVersion older than the retained event window."""
+
+    def __init__(self, requested: int, oldest: int) -> None:
+        super().__init__(f"too old resource version: {requested} ({oldest})")
+        self.requested = requested
+        self.oldest = oldest
+
+
+class Store:
+    """Objects by resource and (namespace, name), a global resourceVersion, a window of events."""
+
+    def __init__(self, history_size: int = 10_000, watch_queue_limit: int = 100_000) -> None:
+        self.rv = 1
+        self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
+        self._history: deque[Event] = deque(maxlen=history_size)
+        # Watches may resume from any resourceVersion >= this one.
+        self._window_start = 1
+        # Watchers by (resource, namespace or None): a commit only visits the watchers
+        # that can want it, so thousands of idle watches cost nothing per write.
+        self._watchers: dict[tuple[str, str | None], set[Watcher]] = {}
+        self._watch_queue_limit = watch_queue_limit
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get(self, resource: str, namespace: str, name: str) -> Obj | None:
+        return self._objects.get(resource, {}).get((namespace, name))
+
+    def list(self, resource: str, namespace: str | None = None) -> builtins.list[Obj]:
+        items = self._objects.get(resource, {})
+        keys = sorted(k for k in items if namespace is None or k[0] == namespace)
+        return [items[k] for k in keys]
+
+    def count(self, resource: str) -> int:
+        return len(self._objects.get(resource, {}))
+
+    # -- writes --------------------------------------------------------------------------
+
+    def _commit(self, event_type: str, resource: str, obj: Obj, old: Obj | None) -> Event:
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        event = Event(event_type, resource, obj, old, self.rv)
+        if len(self._history) == self._history.maxlen and self._history:
+            self._window_start = self._history[0].rv
+        self._history.append(event)
+        namespace = obj["metadata"].get("namespace", "")
+        for key in ((resource, namespace), (resource, None)):
+            for watcher in list(self._watchers.get(key, ())):
+                watcher.offer(event)
+        return event
+
+    def create(self, resource: str, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        key = (meta.get("namespace", ""), meta["name"])
+        self._objects.setdefault(resource, {})[key] = obj
+        self._commit("ADDED", resource, obj, None)
+        return obj
+
+    def update(self, resource: str, obj: Obj, old: Obj) -> Obj:
+        meta = obj["metadata"]
+        key = (meta.get("namespace", ""), meta["name"])
+        self._objects.setdefault(resource, {})[key] = obj
+        self._commit("MODIFIED", resource, obj, old)
+        return obj
+
+    def delete(self, resource: str, namespace: str, name: str) -> Obj | None:
+        old = self._objects.get(resource, {}).pop((namespace, name), None)
+        if old is None:
+            return None
+        # The DELETED event carries the object at the deletion's resourceVersion.
+        final = {**old, "metadata": dict(old["metadata"])}
+        self._commit("DELETED", resource, final, old)
+        return final
+
+    # -- watch ---------------------------------------------------------------------------
+
+    @property
+    def oldest_resumable_rv(self) -> int:
+        return self._window_start
+
+    def events_since(self, resource: str, rv: int) -> builtins.list[Event]:
+        """Events of ``resource`` after ``rv``; Expired if the window no longer reaches it."""
+        if rv < self._window_start:
+            raise Expired(rv, self._window_start)
+        return [e for e in self._history if e.rv > rv and e.resource == resource]
+
+    def watch(
+        self,
+        resource: str,
+        namespace: str | None,
+        labels: builtins.list[Requirement],
+        fields: FieldPredicate,
+    ) -> Watcher:
+        watcher = Watcher(resource, namespace, labels, fields, self._watch_queue_limit)
+        self._watchers.setdefault((resource, namespace), set()).add(watcher)
+        return watcher
+
+    def unwatch(self, watcher: Watcher) -> None:
+        key = (watcher.resource, watcher.namespace)
+        group = self._watchers.get(key)
+        if group is not None:
+            group.discard(watcher)
+            if not group:
+                del self._watchers[key]
+        watcher.close()
+
+    def watchers(self, resource: str | None = None) -> builtins.list[Watcher]:
+        return [
+            w
+            for (kind, _), group in self._watchers.items()
+            for w in group
+            if resource is None or kind == resource
+        ]
+
+    def close_watches(self, resource: str | None = None) -> int:
+        """Close open watches (all, or one resource's); returns how many were closed."""
+        closing = self.watchers(resource)
+        for watcher in closing:
+            self.unwatch(watcher)
+        return len(closing)
+
+    def compact(self) -> int:
+        """Forget every event so far: a watch from any older resourceVersion gets 410."""
+        self._history.clear()
+        self._window_start = self.rv
+        return self.rv
+
+    def all_resources(self) -> Iterable[str]:
+        return list(self._objects)

@@ -1,0 +1,1 @@
+pytest_plugins = ["trainjob_status_server.devcluster.pytest_plugin"]

@@ -1,0 +1,67 @@
+"""Fault injection and request accounting over HTTP."""
+
+import asyncio
+
+from trainjob_status_server.devcluster import DevCluster
+
+from .conftest import TJ, Api
+
+NS = "rec"
+PATCH = "application/merge-patch+json"
+BODY = {
+    "status": {
+        "trainerStatus": {"progressPercentage": 1, "lastUpdatedTime": "2026-12-02T18:33:57Z"}
+    }
+}
+
+
+async def test_next_requests_fail_with_the_given_code(api: Api, devcluster: DevCluster) -> None:
+    devcluster.create_trainjob(NS, "tj")
+    path = f"{TJ}/namespaces/{NS}/trainjobs/tj/status"
+    devcluster.faults.fail(429, times=2, retry_after=3, verb="patch", resource="trainjobs/status")
+    devcluster.faults.fail(503, times=1, verb="get", resource="trainjobs")
+    for _ in range(2):
+        code, body, response = await api.call("PATCH", path, BODY, content_type=PATCH)
+        assert (code, body["reason"], response.headers["Retry-After"]) == (
+            429,
+            "TooManyRequests",
+            "3",
+        )
+    code, _, _ = await api.call("PATCH", path, BODY, content_type=PATCH)
+    assert code == 200
+    code, body, _ = await api.call("GET", f"{TJ}/namespaces/{NS}/trainjobs/tj")
+    assert (code, body["reason"]) == (503, "ServiceUnavailable")
+    code, _, _ = await api.call("GET", f"{TJ}/namespaces/{NS}/trainjobs/tj")
+    assert code == 200
+    assert devcluster.faults.count("patch", "trainjobs/status") == 3
+    assert devcluster.faults.count("get", "trainjobs") == 2
+    stored = devcluster.get("trainjobs", NS, "tj", "trainer.kubeflow.org")
+    assert stored is not None
+    assert stored["status"]["trainerStatus"]["progressPercentage"] == 1
+
+
+async def test_failed_write_stores_nothing(api: Api, devcluster: DevCluster) -> None:
+    created = devcluster.create_trainjob(NS, "tj")
+    devcluster.faults.fail(500, path=f"{TJ}/namespaces/{NS}/trainjobs/tj/status", method="PATCH")
+    code, body, _ = await api.call(
+        "PATCH", f"{TJ}/namespaces/{NS}/trainjobs/tj/status", BODY, content_type=PATCH
+    )
+    assert (code, body["reason"]) == (500, "InternalError")
+    stored = devcluster.get("trainjobs", NS, "tj", "trainer.kubeflow.org")
+    assert stored is not None
+    assert stored["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+
+
+async def test_stall_delays_only_matching_requests(api: Api, devcluster: DevCluster) -> None:
+    devcluster.create_trainjob(NS, "tj")
+    rule = devcluster.faults.stall(30, times=1, verb="get", resource="trainjobs", name="tj")
+    stalled = asyncio.create_task(api.call("GET", f"{TJ}/namespaces/{NS}/trainjobs/tj"))
+    await asyncio.sleep(0.2)
+    # Other requests are served meanwhile; the stalled one is still waiting.
+    code, _, _ = await api.call("GET", f"{TJ}/namespaces/{NS}/trainjobs")
+    assert code == 200
+    assert not stalled.done()
+    stalled.cancel()
+    assert (rule.hits, rule.remaining) == (1, 0)
+    code, _, _ = await api.call("GET", f"{TJ}/namespaces/{NS}/trainjobs/tj")
+    assert code == 200

@@ -1,0 +1,51 @@
+import pytest
+
+from trainjob_status_server.devcluster.selectors import (
+    labels_match,
+    parse_field_selector,
+    parse_label_selector,
+)
+from trainjob_status_server.devcluster.status import ApiError
+
+
+def obj(labels: dict[str, str], name: str = "a") -> dict[str, object]:
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "expected"),
+    [
+        ("", {}, True),
+        ("app=x", {"app": "x"}, True),
+        ("app==x", {"app": "y"}, False),
+        ("app!=x", {}, True),
+        ("app!=x", {"app": "x"}, False),
+        ("app in (x, y)", {"app": "y"}, True),
+        ("app notin (x,y)", {"app": "z"}, True),
+        ("app notin (x,y)", {"app": "x"}, False),
+        ("app", {"app": ""}, True),
+        ("!app", {"app": ""}, False),
+        ("!app", {"other": "1"}, True),
+        ("a=1,b in (2,3),!c", {"a": "1", "b": "3"}, True),
+        ("a=1,b in (2,3),!c", {"a": "1", "b": "3", "c": "x"}, False),
+        ("jobset.sigs.k8s.io/jobset-name=job1", {"jobset.sigs.k8s.io/jobset-name": "job1"}, True),
+    ],
+)
+def test_label_selectors(selector: str, labels: dict[str, str], expected: bool) -> None:
+    assert labels_match(parse_label_selector(selector), obj(labels)) is expected
+
+
+def test_bad_label_selector_is_400() -> None:
+    with pytest.raises(ApiError) as err:
+        parse_label_selector("a in (x")
+    assert err.value.code == 400
+
+
+def test_field_selectors() -> None:
+    pick = parse_field_selector("metadata.name=a,status.phase!=Running")
+    assert pick({"metadata": {"name": "a"}, "status": {"phase": "Pending"}})
+    assert not pick({"metadata": {"name": "a"}, "status": {"phase": "Running"}})
+    assert not pick({"metadata": {"name": "b"}})
+    assert parse_field_selector(None)({})
+    events = parse_field_selector("involvedObject.kind=TrainJob,involvedObject.name=job1")
+    assert events({"involvedObject": {"kind": "TrainJob", "name": "job1"}})
