@@ -234,7 +234,8 @@ def server_side_apply(
         if versioned.fields.empty():
             managed.drop(other)
     # The entry's time moves only when the apply changed the object (before the status or
-    # spec of the config was set aside), as a real server decides it.
+    # spec of the config was set aside), as a real server decides it: a new manager whose
+    # apply changes nothing gets an entry without a time.
     if not json_equal(merged, base):
         managed.times[key] = now
     mine = managed.sets[key].fields.difference(STRIPPED)

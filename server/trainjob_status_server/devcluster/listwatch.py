@@ -7,7 +7,7 @@ import base64
 import binascii
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -108,8 +108,11 @@ async def serve_watch(
     resource: ResourceType,
     namespace: str | None,
     bookmark_interval: float,
+    encode: Callable[[bytes], bytes] | None = None,
 ) -> web.StreamResponse:
-    """Stream newline-delimited watch events until the timeout, a drop, or the client goes."""
+    """Stream newline-delimited watch events until the timeout, a drop, or the client goes.
+
+    ``encode`` rewrites each event line (e.g. into a Table row for ``kubectl get -w``)."""
     query = request.query
     check_watch_options(query)
     labels = parse_label_selector(query.get("labelSelector"))
@@ -144,7 +147,7 @@ async def serve_watch(
             if event_type is not None:
                 first.append(event.line(event_type))
 
-    response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+    response = _EncodingResponse(encode)
     try:
         await response.prepare(request)
         for line in first:
@@ -157,6 +160,19 @@ async def serve_watch(
     finally:
         store.unwatch(watcher)
     return response
+
+
+class _EncodingResponse(web.StreamResponse):
+    """A watch stream whose event lines pass through ``encode`` on the way out."""
+
+    def __init__(self, encode: Callable[[bytes], bytes] | None) -> None:
+        super().__init__(status=200, headers={"Content-Type": "application/json"})
+        self._encode = encode
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._encode is not None:
+            data = self._encode(bytes(data))
+        await super().write(data)
 
 
 async def _pump(

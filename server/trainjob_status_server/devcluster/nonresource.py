@@ -3,7 +3,8 @@ and rendering objects as JSON or as a meta.k8s.io Table."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -68,6 +69,29 @@ class NonResourcePaths:
     @staticmethod
     def _json(code: int, body: Any) -> web.Response:
         return web.Response(status=code, body=dumps(body), content_type="application/json")
+
+    def watch_encoder(
+        self, request: web.Request, resource: ResourceType
+    ) -> Callable[[bytes], bytes] | None:
+        """For ``kubectl get -w`` (Accept ``as=Table``): each ADDED/MODIFIED/DELETED event
+        carries a one-row Table, column definitions only in the first, as a real server
+        sends them; other events pass unchanged. None when the client wants objects."""
+        if "as=Table" not in request.headers.get("Accept", ""):
+            return None
+        sent_columns = False
+
+        def encode(line: bytes) -> bytes:
+            nonlocal sent_columns
+            event = json.loads(line)
+            if event.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
+                return line
+            table = printers.table(resource, [event["object"]])
+            if sent_columns:
+                table["columnDefinitions"] = None
+            sent_columns = True
+            return dumps({"type": event["type"], "object": table}) + b"\n"
+
+        return encode
 
     def render(
         self, request: web.Request, resource: ResourceType, body: dict[str, Any], code: int

@@ -2,29 +2,27 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
-from . import objects, status
+from . import bodies, objects, status
 from .apply import server_side_apply
 from .faults import RequestInfo
 from .fieldmanager import manager_from_user_agent, track_update
 from .objectmeta import validate_name
-from .patches import PatchError, json_merge_patch, json_patch, strategic_merge_patch
+from .patches import (
+    PatchError,
+    decode_patch,
+    json_merge_patch,
+    json_patch,
+    strategic_merge_patch,
+)
 from .resources import ResourceType
 from .routing import query_flag
 from .schema import StructuralSchema
 from .status import ApiError
 from .store import Obj, Store
-
-MERGE = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
-STRATEGIC = "application/strategic-merge-patch+json"
-APPLY = "application/apply-patch+yaml"
 
 
 @dataclass
@@ -54,25 +52,8 @@ class Answer:
     body: Obj
 
 
-def decode_json(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise status.bad_request(f"error decoding body: {_go_json_error(exc)}") from exc
-
-
-def _go_json_error(exc: Exception) -> str:
-    """The wording Go's encoding/json uses for the two failures clients actually meet."""
-    if isinstance(exc, json.JSONDecodeError) and exc.pos >= len(exc.doc.rstrip()):
-        return "unexpected end of JSON input"
-    return f"invalid JSON: {exc}"
-
-
 def _object_body(call: Call) -> Obj:
-    body = decode_json(call.body)
-    if not isinstance(body, dict):
-        raise status.bad_request("Object 'Kind' is missing in the request body")
-    return body
+    return bodies.decode_object(call.body, call.content_type)
 
 
 class ResourceApi:
@@ -254,27 +235,24 @@ class ResourceApi:
         return Answer(200, self._store(call, new, live))
 
     def patch(self, call: Call) -> Answer:
-        kind = call.content_type.split(";")[0].strip().lower()
-        if kind == APPLY:
+        kind = bodies.media_type(call.content_type)
+        if kind == bodies.APPLY:
             return self._apply(call)
-        if kind not in (MERGE, JSON_PATCH) and not (kind == STRATEGIC and call.resource.builtin):
+        if kind not in (bodies.MERGE, bodies.JSON_PATCH) and not (
+            kind == bodies.STRATEGIC and call.resource.builtin
+        ):
             raise status.unsupported_media_type()
-        try:
-            patch = json.loads(call.body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise status.bad_request(f"error decoding patch: {_go_json_error(exc)}") from exc
         live = self._live(call)
         try:
-            if kind == JSON_PATCH:
+            patch = decode_patch(call.body)
+            if kind == bodies.JSON_PATCH:
                 patched = json_patch(live, patch)
-            elif kind == STRATEGIC:
+            elif kind == bodies.STRATEGIC:
                 patched = strategic_merge_patch(live, patch)
             else:
                 patched = json_merge_patch(live, patch)
         except PatchError as exc:
-            raise ApiError(
-                422, "Invalid", "the server rejected our request due to an error in our request", {}
-            ) from exc
+            raise _patch_failure(exc) from exc
         if isinstance(patch, dict):
             self._check_rv(call, live, (patch.get("metadata") or {}).get("resourceVersion"))
         if not isinstance(patched, dict):
@@ -304,7 +282,7 @@ class ResourceApi:
                 f'PatchOptions.meta.k8s.io "" is invalid: fieldManager: {cause.message}',
                 {"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [cause.to_json()]},
             )
-        config = _decode_apply(call.body)
+        config = bodies.decode_apply(call.body)
         meta = config.get("metadata") or {}
         if meta.get("name") and meta["name"] != info.name:
             raise status.bad_request(
@@ -360,7 +338,7 @@ class ResourceApi:
         resource, info = call.resource, call.info
         live = self._live(call)
         if call.body:
-            options = decode_json(call.body)
+            options = bodies.decode_object(call.body, call.content_type)
             pre = (options or {}).get("preconditions") or {} if isinstance(options, dict) else {}
             if pre.get("uid") and pre["uid"] != live["metadata"]["uid"]:
                 raise status.conflict(
@@ -379,15 +357,13 @@ class ResourceApi:
         return Answer(200, deleted)
 
 
-def _decode_apply(body: bytes) -> Obj:
-    """An apply body is YAML (JSON is YAML too); JSON is tried first because it is faster."""
-    try:
-        config = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        try:
-            config = yaml.safe_load(body)
-        except yaml.YAMLError as exc:
-            raise status.bad_request(f"error decoding YAML: {exc}") from exc
-    if not isinstance(config, dict):
-        raise status.bad_request("error decoding YAML: the body is not an object")
-    return config
+def _patch_failure(exc: PatchError) -> ApiError:
+    """A patch that does not decode or apply, answered with the real server's code: a
+    failing JSON patch operation is a bare 422 without details."""
+    if exc.code == 400:
+        return status.bad_request(exc.message)
+    if exc.code == 500:
+        return ApiError(500, "InternalError", exc.message)
+    return ApiError(
+        422, "Invalid", "the server rejected our request due to an error in our request", {}
+    )

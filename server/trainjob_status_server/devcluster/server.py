@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import authz, status
+from . import authz, bodies, status
 from .faults import Faults, RequestInfo
 from .listwatch import list_objects, serve_watch
 from .nonresource import NonResourcePaths
@@ -136,7 +136,12 @@ class ClusterApp:
         if verb == "watch":
             namespace = info.namespace or None
             return await serve_watch(
-                request, self.store, resource, namespace, self.bookmark_interval
+                request,
+                self.store,
+                resource,
+                namespace,
+                self.bookmark_interval,
+                self.paths.watch_encoder(request, resource),
             )
         if verb == "list":
             listed = list_objects(self.store, resource, info.namespace or None, query)
@@ -185,13 +190,7 @@ class ClusterApp:
         return None
 
     def _json_object(self, call: Call) -> Obj:
-        try:
-            body = json.loads(call.body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise status.bad_request(f"error decoding body: {exc}") from exc
-        if not isinstance(body, dict):
-            raise status.bad_request("the body is not an object")
-        return body
+        return bodies.decode_object(call.body, call.content_type)
 
     def _lookup(self, kind: str, namespace: str, name: str) -> Obj | None:
         plural = {"Pod": "pods", "Secret": "secrets", "ServiceAccount": "serviceaccounts"}.get(kind)
