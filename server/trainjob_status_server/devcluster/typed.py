@@ -196,10 +196,24 @@ def _array(s: Mapping[str, Any], preserve: bool) -> ListType:
     return ListType(element, associative=kind == "set")
 
 
+_ROOT_TYPES: dict[int, tuple[Mapping[str, Any], TypeRef]] = {}
+
+
 def root_type(schema: Mapping[str, Any] | None) -> TypeRef:
-    """The type of a whole object: the CRD schema, or deduced for built-in kinds."""
+    """The type of a whole object: the CRD schema, or deduced for built-in kinds.
+
+    Built once per schema document (kept alive here, so its id stays its own)."""
     if schema is None:
         return DEDUCED
+    known = _ROOT_TYPES.get(id(schema))
+    if known is not None and known[0] is schema:
+        return known[1]
+    built = _build_root_type(schema)
+    _ROOT_TYPES[id(schema)] = (schema, built)
+    return built
+
+
+def _build_root_type(schema: Mapping[str, Any]) -> TypeRef:
     root = _object(schema, False)
     fields = dict(root.fields)
     fields.setdefault("apiVersion", _STRING)
