@@ -10,6 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import config, logs
+
 
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
@@ -23,11 +25,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    commands.add_parser(
+    serve = commands.add_parser(
         "serve",
-        help="run the status ingest server (not built yet)",
-        description="Run the status ingest server. Not built yet.",
+        help="run the status ingest server",
+        description=(
+            "Serve POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/NS/trainjobs/NAME/"
+            "status over HTTPS: validate the update as the TrainJob CRD does and write it "
+            "to status.trainerStatus with server-side apply. Metrics, /healthz and /readyz "
+            "on the metrics port. Every flag falls back to the environment variable shown."
+        ),
     )
+    config.add_flags(serve)
 
     dev = commands.add_parser(
         "devcluster",
@@ -59,10 +67,31 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
 
-    commands.add_parser(
+    demo = commands.add_parser(
         "demo",
-        help="run the whole path on this machine (not built yet)",
-        description="Run the whole path locally. Not built yet.",
+        help="run the whole path on this machine: cluster, server, a training loop",
+        description=(
+            "Start a development cluster, a TrainJob and its pod, a CA and serving "
+            "certificate, and the server with token verification; then run a simulated "
+            "training loop that reports through the in-pod client with a token minted for "
+            "the pod, showing what the API server holds as a live progress bar. Exits 0 "
+            "once the TrainJob shows 100%."
+        ),
+    )
+    demo.add_argument(
+        "--duration", type=float, default=30.0, help="seconds of simulated training (default 30)"
+    )
+    demo.add_argument(
+        "--report-interval",
+        type=float,
+        default=2.0,
+        help="the client's minimum seconds between posts (default 2; real pods use 5)",
+    )
+    demo.add_argument(
+        "--keep", action="store_true", help="keep everything running after the loop, until Ctrl-C"
+    )
+    demo.add_argument(
+        "--workdir", type=Path, default=None, help="keep certificates and kubeconfig here"
     )
     return parser
 
@@ -75,8 +104,27 @@ def main(argv: Sequence[str] | None = None) -> None:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(run(args.port, args.kubeconfig_out))
         return
+    if args.command == "serve":
+        raise SystemExit(_serve(args))
     print(f"trainjob-status-server {args.command}: not built yet", file=sys.stderr)
     raise SystemExit(2)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        settings = config.from_args(args)
+    except ValueError as exc:
+        print(f"trainjob-status-server serve: {exc}", file=sys.stderr)
+        return 2
+    problems = settings.check()
+    if problems:
+        for problem in problems:
+            print(f"trainjob-status-server serve: {problem}", file=sys.stderr)
+        return 2
+    logs.configure(settings.log_level, settings.log_format)
+    from .running import serve_until_signalled
+
+    return asyncio.run(serve_until_signalled(settings))
 
 
 if __name__ == "__main__":

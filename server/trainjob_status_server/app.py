@@ -1,0 +1,180 @@
+"""The composition root: a Config (and an authenticator) -> running components.
+
+Start order: Kubernetes client, TrainJob cache, TLS watcher, the serving listener, the
+metrics listener. Stop order (SIGTERM): readiness goes false, the serving listener stops
+accepting, in-flight requests finish (up to ``shutdown_timeout``), then the rest closes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import prometheus_client
+from aiohttp import web
+
+from . import errors
+from .auth import Authenticator
+from .config import Config
+from .endpoint import STATUS_PATH, StatusEndpoint
+from .kube.cache import WatchCache
+from .kube.client import KubeClient
+from .kube.errors import KubeUnavailable
+from .kube.resources import TRAINJOBS
+from .listener import CappedSite
+from .middleware import status_errors
+from .tls import ReloadingTLS
+from .writer import DirectWriter
+
+log = logging.getLogger(__name__)
+
+
+class StatusServer:
+    """The whole server for one Config; ``async with`` runs it."""
+
+    def __init__(self, config: Config, authenticator: Authenticator) -> None:
+        self.config = config
+        self.kube = KubeClient(
+            kubeconfig=config.kubeconfig,
+            timeout=config.kube_api_timeout,
+            qps=config.kube_api_qps,
+            burst=config.kube_api_burst,
+        )
+        self.trainjobs = WatchCache(self.kube, TRAINJOBS)
+        self.tls = _serving_tls(config)
+        self.writer = DirectWriter(self.kube)
+        self.endpoint = StatusEndpoint(
+            authenticator=authenticator,
+            trainjob_exists=self._trainjob_exists,
+            write=self.writer.write,
+            read_timeout=config.read_timeout,
+        )
+        self.shutting_down = False
+        self._serving: web.AppRunner | None = None
+        self._metrics: web.AppRunner | None = None
+        self._site: CappedSite | None = None
+        self._metrics_site: CappedSite | None = None
+
+    # -- what the handlers ask -------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return not self.shutting_down and self._site is not None and self.trainjobs.synced.is_set()
+
+    async def _trainjob_exists(self, namespace: str, name: str) -> bool:
+        try:
+            return await self.trainjobs.get_or_fetch(namespace, name) is not None
+        except KubeUnavailable as exc:
+            raise errors.unavailable() from exc
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _readyz(self, _request: web.Request) -> web.Response:
+        if self.ready:
+            return web.Response(text="ok")
+        return web.Response(status=503, text="not ready")
+
+    async def _metrics_page(self, request: web.Request) -> web.Response:
+        response = web.Response(body=prometheus_client.generate_latest(prometheus_client.REGISTRY))
+        response.headers["Content-Type"] = prometheus_client.CONTENT_TYPE_LATEST
+        return response
+
+    # -- apps ------------------------------------------------------------------------
+
+    def serving_app(self) -> web.Application:
+        app = web.Application(middlewares=[status_errors], client_max_size=2**20)
+        app.router.add_post(STATUS_PATH, self.endpoint.handle)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        return app
+
+    def metrics_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics_page)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        return app
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        assert self._site is not None
+        scheme = "http" if self.tls is None else "https"
+        return f"{scheme}://{_url_host(self.config.host)}:{self._site.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        assert self._metrics_site is not None
+        return f"http://{_url_host(self.config.host)}:{self._metrics_site.port}"
+
+    async def start(self) -> StatusServer:
+        config = self.config
+        if self.tls is None:
+            log.warning("serving plain HTTP (--insecure-http): tokens travel in clear")
+        await self.kube.start()
+        await self.trainjobs.start()
+        if self.tls is not None:
+            await self.tls.start()
+        self._serving = web.AppRunner(
+            self.serving_app(),
+            access_log=None,
+            handle_signals=False,
+            keepalive_timeout=config.idle_timeout,
+            shutdown_timeout=config.shutdown_timeout,
+        )
+        await self._serving.setup()
+        self._site = CappedSite(
+            self._serving,
+            config.host,
+            config.port,
+            ssl_context=None if self.tls is None else self.tls.context,
+            max_connections=config.max_connections,
+        )
+        await self._site.start()
+        self._metrics = web.AppRunner(self.metrics_app(), access_log=None, handle_signals=False)
+        await self._metrics.setup()
+        self._metrics_site = CappedSite(
+            self._metrics, config.host, config.metrics_port, ssl_context=None, max_connections=64
+        )
+        await self._metrics_site.start()
+        log.info("serving", extra={"url": self.url, "metrics_url": self.metrics_url})
+        return self
+
+    async def stop(self) -> None:
+        self.shutting_down = True
+        if self._serving is not None:
+            # Stops accepting, then waits for in-flight requests up to shutdown_timeout.
+            await self._serving.cleanup()
+        if self._metrics is not None:
+            await self._metrics.cleanup()
+        if self.tls is not None:
+            await self.tls.stop()
+        await self.trainjobs.stop()
+        await self.kube.close()
+        log.info("stopped")
+
+    async def __aenter__(self) -> StatusServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+def _serving_tls(config: Config) -> ReloadingTLS | None:
+    if config.insecure_http:
+        return None
+    if config.tls_cert_file is None or config.tls_key_file is None:
+        raise ValueError("a TLS certificate and key are required without --insecure-http")
+    return ReloadingTLS(
+        config.tls_cert_file,
+        config.tls_key_file,
+        min_version=config.tls_min_version,
+        poll_interval=config.tls_reload_interval,
+    )
+
+
+def _url_host(host: str) -> str:
+    if host in ("0.0.0.0", "::"):  # noqa: S104 - naming the wildcard, not binding it
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host

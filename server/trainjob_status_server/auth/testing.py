@@ -1,0 +1,15 @@
+"""An authenticator that admits every request: for tests and benchmarks only.
+
+Nothing in ``serve`` imports this module; no flag or environment variable selects it.
+"""
+
+from __future__ import annotations
+
+from .authenticator import Identity
+
+
+class AcceptAll:
+    async def authenticate(
+        self, authorization: str | None, namespace: str, trainjob: str
+    ) -> Identity:
+        return Identity(namespace=namespace, service_account="unauthenticated")

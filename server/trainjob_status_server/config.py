@@ -1,0 +1,162 @@
+"""The server's configuration: one frozen Config, built from flags with env fallbacks."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "TRAINJOB_STATUS_"
+
+# The peer's limit; a typical post is well under 20 KiB even with 256 metrics.
+MAX_BODY_BYTES = 65_536
+
+
+@dataclass(frozen=True)
+class Config:
+    host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on all interfaces
+    port: int = 10443
+    metrics_port: int = 9090
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_min_version: str = "1.2"
+    tls_reload_interval: float = 10.0
+    insecure_http: bool = False
+    kubeconfig: Path | None = None
+    issuer: str | None = None
+    kube_api_qps: float = 5.0
+    kube_api_burst: int = 10
+    kube_api_timeout: float = 5.0
+    read_timeout: float = 10.0
+    idle_timeout: float = 120.0
+    max_connections: int = 1024
+    shutdown_timeout: float = 5.0
+    log_level: str = "info"
+    log_format: str = "json"
+
+    def check(self) -> list[str]:
+        """What is wrong with this configuration, one line each (empty when usable)."""
+        problems = []
+        if not self.insecure_http and (self.tls_cert_file is None or self.tls_key_file is None):
+            problems.append(
+                "--tls-cert-file and --tls-key-file are required (or --insecure-http for local use)"
+            )
+        if self.insecure_http and (self.tls_cert_file or self.tls_key_file):
+            problems.append("--insecure-http cannot be combined with TLS files")
+        for name in ("port", "metrics_port"):
+            value = getattr(self, name)
+            if not 0 <= value <= 65535:
+                problems.append(f"--{name.replace('_', '-')} must be 0..65535, got {value}")
+        if self.port == self.metrics_port and self.port != 0:
+            problems.append("--port and --metrics-port must differ")
+        if self.kube_api_qps <= 0 or self.kube_api_burst < 1:
+            problems.append("--kube-api-qps must be > 0 and --kube-api-burst >= 1")
+        for name in ("kube_api_timeout", "read_timeout", "idle_timeout", "shutdown_timeout"):
+            if getattr(self, name) <= 0:
+                problems.append(f"--{name.replace('_', '-')} must be > 0")
+        if self.max_connections < 1:
+            problems.append("--max-connections must be >= 1")
+        return problems
+
+
+@dataclass(frozen=True)
+class _Flag:
+    name: str
+    parse: Callable[[str], Any]
+    help: str
+    choices: tuple[str, ...] | None = None
+
+
+def _path(text: str) -> Path:
+    return Path(text)
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+_FLAGS = (
+    _Flag("host", str, "address to listen on"),
+    _Flag("port", int, "HTTPS port of the status endpoint (the peer's port)"),
+    _Flag("metrics_port", int, "plain-HTTP port for /metrics, /healthz and /readyz"),
+    _Flag("tls_cert_file", _path, "serving certificate (PEM); reloaded when it changes"),
+    _Flag("tls_key_file", _path, "serving private key (PEM); reloaded when it changes"),
+    _Flag("tls_min_version", str, "lowest TLS version accepted", ("1.2", "1.3")),
+    _Flag("tls_reload_interval", float, "seconds between checks of the TLS files"),
+    _Flag("kubeconfig", _path, "kubeconfig file; in-cluster configuration when absent"),
+    _Flag("issuer", str, "service-account token issuer; discovered when absent"),
+    _Flag("kube_api_qps", float, "sustained Kubernetes API requests per second"),
+    _Flag("kube_api_burst", int, "Kubernetes API request burst"),
+    _Flag("kube_api_timeout", float, "seconds before a Kubernetes API call is abandoned"),
+    _Flag("read_timeout", float, "seconds to receive a request body"),
+    _Flag("idle_timeout", float, "seconds an idle keep-alive connection stays open"),
+    _Flag("max_connections", int, "open client connections at most; more wait in backlog"),
+    _Flag("shutdown_timeout", float, "seconds in-flight requests get to finish on SIGTERM"),
+    _Flag("log_level", str, "log level", ("debug", "info", "warning", "error")),
+    _Flag("log_format", str, "log line format", ("json", "text")),
+)
+
+
+def env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Every Config field as ``--flag`` with its ``TRAINJOB_STATUS_*`` fallback."""
+    defaults = Config()
+    for flag in _FLAGS:
+        default = getattr(defaults, flag.name)
+        shown = "none" if default is None else default
+        parser.add_argument(
+            "--" + flag.name.replace("_", "-"),
+            dest=flag.name,
+            type=flag.parse,
+            choices=flag.choices,
+            default=None,
+            help=f"{flag.help} (env {env_name(flag.name)}; default {shown})",
+        )
+    parser.add_argument(
+        "--insecure-http",
+        dest="insecure_http",
+        action="store_const",
+        const=True,
+        default=None,
+        help=(
+            "serve plain HTTP instead of HTTPS: local use only, tokens travel in clear "
+            f"(env {env_name('insecure_http')}; default off)"
+        ),
+    )
+
+
+def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Config:
+    """Flags win over environment variables, which win over defaults.
+
+    ValueError names the environment variable whose value does not parse."""
+    env = dict(os.environ) if environ is None else environ
+    parsers = {f.name: f.parse for f in _FLAGS} | {"insecure_http": _bool}
+    choices = {f.name: f.choices for f in _FLAGS}
+    values: dict[str, Any] = {}
+    for field in fields(Config):
+        given = getattr(args, field.name, None)
+        if given is not None:
+            values[field.name] = given
+            continue
+        raw = env.get(env_name(field.name))
+        if raw is None or field.name not in parsers:
+            continue
+        try:
+            value = parsers[field.name](raw)
+        except ValueError as exc:
+            raise ValueError(f"{env_name(field.name)}={raw!r}: {exc}") from exc
+        allowed = choices.get(field.name)
+        if allowed and value not in allowed:
+            raise ValueError(f"{env_name(field.name)}={raw!r}: must be one of {allowed}")
+        values[field.name] = value
+    return Config(**values)

@@ -1,0 +1,92 @@
+"""The status endpoint: the request path of DESIGN.md's data flow, top to bottom.
+
+It decides nothing itself: sizes, identities, payload rules and write outcomes come from
+the components and pure functions it calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from . import errors, validation
+from .auth import Authenticator
+from .config import MAX_BODY_BYTES
+from .middleware import TRAINJOB
+from .validation import TrainerStatus
+
+STATUS_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
+
+Exists = Callable[[str, str], Awaitable[bool]]
+Write = Callable[[str, str, TrainerStatus], Awaitable[None]]
+Clock = Callable[[], dt.datetime]
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass(frozen=True)
+class StatusEndpoint:
+    """POST handler of the status path; every answer is 200 or a metav1.Status."""
+
+    authenticator: Authenticator
+    trainjob_exists: Exists
+    write: Write
+    read_timeout: float
+    clock: Clock = utc_now
+
+    async def handle(self, request: web.Request) -> web.Response:
+        namespace = request.match_info["namespace"]
+        name = request.match_info["name"]
+        request[TRAINJOB] = f"{namespace}/{name}"
+        received = self.clock()
+        if (request.content_length or 0) > MAX_BODY_BYTES:
+            raise errors.payload_too_large()
+        await self.authenticator.authenticate(request.headers.get("Authorization"), namespace, name)
+        raw = await read_body(request, MAX_BODY_BYTES, self.read_timeout)
+        try:
+            payload = validation.decode_payload(raw)
+            update = validation.parse_trainer_status(payload, trainjob=name, received=received)
+        except validation.PayloadError as exc:
+            raise errors.invalid_payload(exc.detail) from exc
+        except validation.ValidationFailed as exc:
+            raise errors.invalid_trainjob(name, exc.message, exc.causes) from exc
+        if update is None:
+            return json_response({})
+        if not await self.trainjob_exists(namespace, name):
+            raise errors.trainjob_not_found()
+        await self.write(namespace, name, update)
+        return json_response({"trainerStatus": update.to_json()})
+
+
+async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
+    """The body, at most ``limit`` bytes whether announced or chunked (413 beyond), within
+    ``seconds`` (408 for a client that stalls)."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(seconds):
+            while True:
+                chunk = await request.content.readany()
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > limit:
+                    raise errors.payload_too_large()
+                chunks.append(chunk)
+    except TimeoutError as exc:
+        raise errors.request_timeout() from exc
+    return b"".join(chunks)
+
+
+def json_response(body: dict[str, Any]) -> web.Response:
+    return web.Response(
+        body=json.dumps(body, separators=(",", ":")).encode(), content_type="application/json"
+    )

@@ -1,0 +1,377 @@
+"""The Kubernetes API client: configuration, timeouts, the request budget, error mapping.
+
+Everything goes through kubernetes-asyncio's ``ApiClient.call_api`` with raw responses
+(``_preload_content=False``): objects stay plain dicts (no model classes for pods), one
+function maps every failure, and the same code path serves get, apply, list and watch
+for any resource. (The generated ``CustomObjectsApi.patch_namespaced_custom_object_status``
+would also do for the apply, but only with ``_content_type=APPLY_PATCH``: left to
+choose, it sends a dict body as ``application/json-patch+json`` and the API answers 400.)
+
+Timeouts: kubernetes-asyncio applies no timeout unless ``_request_timeout`` is given
+(then it is an ``aiohttp.ClientTimeout``), so every call here passes one: ``timeout``
+bounds the whole call and ``connect_timeout`` its connection. A watch is bounded by
+``timeout`` until its response starts and then by the server-side ``timeoutSeconds``
+plus ``timeout`` between reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from .errors import (
+    KubeConfigError,
+    KubeError,
+    KubeUnavailable,
+    error_from_response,
+    error_from_status,
+)
+from .ratelimit import TokenBucket
+from .resources import TRAINJOBS, Obj, Resource
+
+APPLY_PATCH = "application/apply-patch+yaml"
+FIELD_MANAGER = "trainer-status"
+USER_AGENT = "trainjob-status"
+
+BOOKMARK = "BOOKMARK"
+
+__all__ = [
+    "APPLY_PATCH",
+    "BOOKMARK",
+    "FIELD_MANAGER",
+    "KubeClient",
+    "KubeError",
+    "KubeUnavailable",
+    "ObjectList",
+    "WatchEvent",
+    "load_configuration",
+    "parse_watch_line",
+]
+_WATCH_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", BOOKMARK})
+
+
+@dataclass(frozen=True)
+class ObjectList:
+    """A list's items and the resourceVersion to watch from."""
+
+    items: list[Obj]
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """ADDED, MODIFIED, DELETED or BOOKMARK (a bookmark's object carries only
+    ``metadata.resourceVersion``)."""
+
+    type: str
+    object: Obj
+
+
+def parse_watch_line(line: bytes) -> WatchEvent:
+    """One line of a watch stream. An ERROR event raises its KubeError (410 when the
+    resourceVersion is too old); a line that is not an event raises ValueError."""
+    event = json.loads(line)
+    if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+        raise ValueError("watch line is not an event")
+    kind, obj = event.get("type"), event["object"]
+    if kind == "ERROR":
+        raise error_from_status(obj)
+    if kind not in _WATCH_TYPES:
+        raise ValueError(f"unknown watch event type {kind!r}")
+    return WatchEvent(str(kind), obj)
+
+
+async def load_configuration(kubeconfig: str | Path | None) -> Any:
+    """A fresh kubernetes-asyncio Configuration (never the process-wide default) from a
+    kubeconfig file, or from the pod's service account when ``kubeconfig`` is None."""
+    configuration = k8s_client.Configuration()
+    try:
+        if kubeconfig is None:
+            # Re-reads the projected token file as kubelet rotates it.
+            incluster: Callable[..., None] = k8s_config.load_incluster_config
+            incluster(client_configuration=configuration)
+        else:
+            await k8s_config.load_kube_config(
+                config_file=str(kubeconfig),
+                client_configuration=configuration,
+                persist_config=False,
+            )
+    except Exception as exc:
+        # The loaders raise whatever a malformed file leads to (ConfigException, OSError,
+        # YAML, KeyError ...); at startup all of them mean the same thing.
+        source = kubeconfig if kubeconfig is not None else "in-cluster service account"
+        raise KubeConfigError(f"cannot load Kubernetes configuration ({source}): {exc}") from exc
+    return configuration
+
+
+class KubeClient:
+    """Owns one kubernetes-asyncio ApiClient; ``start()`` before use, ``close()`` after
+    (or ``async with``).
+
+    Every call waits its turn in a token bucket (``qps`` per second, ``burst`` at once:
+    the peer's 5/10 by default) shared by everything that uses this client, is bounded by
+    the timeouts, and raises ``KubeError`` for an error answer or ``KubeUnavailable``
+    when there is none (connection failure, timeout).
+    """
+
+    def __init__(
+        self,
+        kubeconfig: str | Path | None = None,
+        *,
+        qps: float = 5.0,
+        burst: int = 10,
+        timeout: float = 5.0,
+        connect_timeout: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
+        self.budget = TokenBucket(qps, burst, clock)
+        self._api: Any = None
+
+    async def start(self) -> KubeClient:
+        configuration = await load_configuration(self.kubeconfig)
+        self._api = k8s_client.ApiClient(configuration)
+        self._api.user_agent = USER_AGENT
+        return self
+
+    async def close(self) -> None:
+        if self._api is not None:
+            api, self._api = self._api, None
+            await api.close()
+
+    async def __aenter__(self) -> KubeClient:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- what the server needs -------------------------------------------------------------
+
+    async def get(self, resource: Resource, namespace: str, name: str) -> Obj | None:
+        """The object, or None when it does not exist (404)."""
+        try:
+            return await self._call("GET", resource.path(namespace, name))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def get_trainjob(self, namespace: str, name: str) -> Obj | None:
+        """The TrainJob, or None when it does not exist."""
+        return await self.get(TRAINJOBS, namespace, name)
+
+    async def apply_trainjob_status(
+        self,
+        namespace: str,
+        name: str,
+        trainer_status: Mapping[str, Any],
+        *,
+        field_manager: str = FIELD_MANAGER,
+        force: bool = True,
+    ) -> Obj:
+        """Server-side apply of ``status.trainerStatus`` on the status subresource; returns
+        the TrainJob as stored. The field manager owns trainerStatus as a whole, so a field
+        left out of ``trainer_status`` is removed. A missing TrainJob is a 404 (apply to a
+        subresource never creates)."""
+        body = {
+            "apiVersion": TRAINJOBS.api_version,
+            "kind": TRAINJOBS.kind,
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {"trainerStatus": dict(trainer_status)},
+        }
+        query = [("fieldManager", field_manager)]
+        if force:
+            query.append(("force", "true"))
+        return await self._call(
+            "PATCH",
+            TRAINJOBS.path(namespace, name, "status"),
+            query,
+            body=body,
+            content_type=APPLY_PATCH,
+        )
+
+    async def list(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+    ) -> ObjectList:
+        """Every matching object (in pages of ``page_size``) and the list's
+        resourceVersion."""
+        items: list[Obj] = []
+        resource_version = ""
+        token = ""
+        while True:
+            query = [*_selectors(label_selector, field_selector), ("limit", str(page_size))]
+            if token:
+                query.append(("continue", token))
+            page = await self._call("GET", resource.path(namespace), query)
+            for item in page.get("items") or []:
+                # The API server leaves these out of list items of built-in kinds; watch
+                # events carry them, and cached objects should look the same either way.
+                item.setdefault("apiVersion", resource.api_version)
+                item.setdefault("kind", resource.kind)
+                items.append(item)
+            meta = page.get("metadata") or {}
+            # Every page of one list shares the first page's snapshot.
+            resource_version = resource_version or str(meta.get("resourceVersion") or "")
+            token = meta.get("continue") or ""
+            if not token:
+                return ObjectList(items, resource_version)
+
+    async def watch(
+        self,
+        resource: Resource,
+        resource_version: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncGenerator[WatchEvent, None]:
+        """Events after ``resource_version``, with bookmarks, until the server ends the
+        watch (after ``timeout_seconds`` or a dropped connection). Raises KubeError 410
+        when the resourceVersion is too old, however the server says it. Close the
+        iterator (``contextlib.aclosing``) to end the watch early."""
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", str(timeout_seconds)),
+            *_selectors(label_selector, None),
+        ]
+        # No total: the stream lives for minutes. The server must say something (an
+        # event, a bookmark, or the end) before its own timeout, plus our margin.
+        stream_timeout = aiohttp.ClientTimeout(
+            connect=self.connect_timeout,
+            sock_connect=self.connect_timeout,
+            sock_read=timeout_seconds + self.timeout,
+        )
+        path = resource.path(namespace)
+        response = await self._open("GET", path, query, client_timeout=stream_timeout)
+        try:
+            if response.status != 200:
+                raise await _error_of(response)
+            async for line in response.content:
+                if line.strip():
+                    yield parse_watch_line(line)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _unavailable("GET", path, exc, self.timeout) from exc
+        finally:
+            response.close()
+
+    # -- the one request path --------------------------------------------------------------
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]] = (),
+        *,
+        body: Obj | None = None,
+        content_type: str | None = None,
+    ) -> Obj:
+        response = await self._open(method, path, query, body=body, content_type=content_type)
+        try:
+            if not 200 <= response.status < 300:
+                raise await _error_of(response)
+            data = await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _unavailable(method, path, exc, self.timeout) from exc
+        finally:
+            response.release()
+        try:
+            decoded = json.loads(data)
+        except ValueError as exc:
+            raise KubeUnavailable(f"{method} {path}: answer is not JSON") from exc
+        if not isinstance(decoded, dict):
+            raise KubeUnavailable(f"{method} {path}: answer is not an object")
+        return decoded
+
+    async def _open(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]],
+        *,
+        body: Obj | None = None,
+        content_type: str | None = None,
+        client_timeout: aiohttp.ClientTimeout | None = None,
+    ) -> aiohttp.ClientResponse:
+        """Send a request once the budget allows; the response's body is left unread."""
+        if self._api is None:
+            raise RuntimeError("KubeClient used before start() or after close()")
+        await self._take_budget()
+        headers = {"Accept": "application/json"}
+        if content_type is not None:
+            # kubernetes-asyncio JSON-encodes the body for this type too (JSON is YAML).
+            headers["Content-Type"] = content_type
+        if client_timeout is None:
+            client_timeout = aiohttp.ClientTimeout(
+                total=self.timeout, connect=self.connect_timeout, sock_connect=self.connect_timeout
+            )
+        try:
+            # The response headers must come within `timeout` even for a watch, whose
+            # own ClientTimeout has no total.
+            async with asyncio.timeout(self.timeout):
+                response: aiohttp.ClientResponse = await self._api.call_api(
+                    path,
+                    method,
+                    query_params=list(query),
+                    header_params=headers,
+                    body=body,
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                    _request_timeout=client_timeout,
+                )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _unavailable(method, path, exc, self.timeout) from exc
+        return response
+
+    async def _take_budget(self) -> None:
+        wait = self.budget.reserve()
+        if wait > 0:
+            try:
+                await asyncio.sleep(wait)
+            except asyncio.CancelledError:
+                self.budget.cancel()
+                raise
+
+
+def _selectors(label_selector: str | None, field_selector: str | None) -> list[tuple[str, str]]:
+    query = []
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
+    return query
+
+
+async def _error_of(response: aiohttp.ClientResponse) -> KubeError:
+    data = await response.read()
+    return error_from_response(response.status, response.reason or "", response.headers, data)
+
+
+def _unavailable(method: str, path: str, exc: BaseException, timeout: float) -> KubeUnavailable:
+    if isinstance(exc, TimeoutError):
+        return KubeUnavailable(f"{method} {path}: no answer within {timeout:g}s")
+    return KubeUnavailable(f"{method} {path}: {type(exc).__name__}: {exc}")

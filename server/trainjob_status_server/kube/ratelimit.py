@@ -1,0 +1,63 @@
+"""A token bucket for outbound API calls (pure: the clock is injected, nothing sleeps)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+class TokenBucket:
+    """``rate`` tokens per second, at most ``burst`` saved up; starts full.
+
+    ``reserve()`` always takes a token and says how long the caller must wait before
+    using it, borrowing from the future when the bucket is empty: callers are served in
+    the order they reserved and no caller polls. ``try_take()`` takes one only if it is
+    there now, for callers that would rather do something else than wait.
+    """
+
+    def __init__(
+        self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if rate <= 0:
+            raise ValueError(f"rate must be > 0, got {rate}")
+        if burst < 1:
+            raise ValueError(f"burst must be >= 1, got {burst}")
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._last = clock()
+
+    def _refill(self) -> float:
+        now = self._clock()
+        elapsed = max(0.0, now - self._last)
+        self._last = now
+        self._tokens = min(float(self.burst), self._tokens + elapsed * self.rate)
+        return self._tokens
+
+    @property
+    def tokens(self) -> float:
+        """Tokens available now; negative while reservations are waiting."""
+        return self._refill()
+
+    def delay(self) -> float:
+        """Seconds until a token would be available (0 if one is), taking nothing."""
+        return max(0.0, (1.0 - self._refill()) / self.rate)
+
+    def try_take(self) -> bool:
+        """Take a token if one is available now."""
+        if self._refill() >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+    def reserve(self) -> float:
+        """Take a token, possibly one not yet earned; returns the seconds to wait first."""
+        wait = self.delay()
+        self._tokens -= 1.0
+        return wait
+
+    def cancel(self) -> None:
+        """Give back a reserved token its caller never used (it was cancelled waiting)."""
+        self._refill()
+        self._tokens = min(float(self.burst), self._tokens + 1.0)

@@ -1,0 +1,42 @@
+"""``serve``: run the server until SIGTERM or SIGINT, then shut down within a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from .app import StatusServer
+from .auth import Authenticator, RejectAll
+from .config import Config
+
+log = logging.getLogger(__name__)
+
+# Beyond the in-flight deadline: closing the watch, the API client and the listeners.
+_CLOSE_GRACE = 5.0
+
+
+async def serve_until_signalled(config: Config, authenticator: Authenticator | None = None) -> int:
+    """0 after a clean shutdown, 1 if the server could not start or stop in time.
+
+    Without an ``authenticator`` every post is refused: nothing is verified yet."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server = StatusServer(config, authenticator or RejectAll())
+    try:
+        await server.start()
+    except OSError as exc:
+        log.error("cannot start", extra={"error": str(exc)})
+        await server.stop()
+        return 1
+    await stop.wait()
+    log.info("shutting down", extra={"deadline_s": config.shutdown_timeout})
+    try:
+        async with asyncio.timeout(config.shutdown_timeout + _CLOSE_GRACE):
+            await server.stop()
+    except TimeoutError:
+        log.error("shutdown did not finish in time")
+        return 1
+    return 0

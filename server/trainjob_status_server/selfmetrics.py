@@ -1,0 +1,53 @@
+"""The server's own metrics (prefix ``trainjob_status_``): names and labels are a contract
+with dashboards and alerts, so they live here, once. Process metrics come with the default
+registry.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+REQUESTS = Counter("trainjob_status_requests", "Status posts answered, by HTTP code.", ["code"])
+REQUEST_DURATION = Histogram(
+    "trainjob_status_request_duration_seconds",
+    "Time from a post's arrival to its answer.",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+AUTH_FAILURES = Counter(
+    "trainjob_status_auth_failures", "Posts refused by authentication, by reason.", ["reason"]
+)
+RATE_LIMITED = Counter(
+    "trainjob_status_rate_limited", "Posts refused by the per-service-account rate limit."
+)
+API_WRITES = Counter(
+    "trainjob_status_api_writes",
+    "Status writes to the Kubernetes API, by result.",
+    ["result"],
+)
+API_WRITE_DURATION = Histogram(
+    "trainjob_status_api_write_duration_seconds", "Duration of one status write to the API."
+)
+UPDATES_COALESCED = Counter(
+    "trainjob_status_updates_coalesced", "Accepted updates replaced by a newer one before write."
+)
+UPDATES_DROPPED = Counter(
+    "trainjob_status_updates_dropped", "Accepted updates never written, by reason.", ["reason"]
+)
+PENDING_WRITES = Gauge("trainjob_status_pending_writes", "TrainJobs with an update to write.")
+WRITE_FRESHNESS = Histogram(
+    "trainjob_status_write_freshness_seconds",
+    "Time from a post's acceptance to its update being written.",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
+METRIC_VALUES_SKIPPED = Counter(
+    "trainjob_status_metric_values_skipped", "Metric values not exported: not a finite number."
+)
+EXPORTED_SERIES_DROPPED = Counter(
+    "trainjob_status_exported_series_dropped", "Series not exported: over --max-exported-series."
+)
+CACHE_OBJECTS = Gauge(
+    "trainjob_status_cache_objects", "Objects held by a list+watch cache.", ["resource"]
+)
+INJECTIONS = Counter(
+    "trainjob_status_injections", "Pods seen by the injector webhook, by result.", ["result"]
+)

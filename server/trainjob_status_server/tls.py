@@ -1,0 +1,114 @@
+"""The serving TLS context, reloaded when the certificate files change on disk.
+
+cert-manager and Secret volume updates replace the files in place (a symlink swap for
+volumes); the server keeps serving. Open connections keep the certificate they shook
+hands with; every new handshake gets the newest valid pair: the listening context's SNI
+callback (called for every ClientHello, with or without a server name) hands the
+connection to the current context. A pair that does not load (half-written, key and
+certificate that do not match) is logged and ignored until the files change again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+TLS_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """What tells a changed file from an unchanged one (follows symlinks)."""
+
+    inode: int
+    size: int
+    mtime_ns: int
+
+
+def stamp(path: Path) -> FileStamp | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return FileStamp(st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def build_context(cert_file: Path, key_file: Path, min_version: str) -> ssl.SSLContext:
+    """A server context for the pair; ssl.SSLError or OSError if the pair does not load."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = TLS_VERSIONS[min_version]
+    context.load_cert_chain(cert_file, key_file)
+    return context
+
+
+class ReloadingTLS:
+    """Owns the listening SSL context; ``start`` watches the files, ``stop`` ends that."""
+
+    def __init__(
+        self,
+        cert_file: Path,
+        key_file: Path,
+        *,
+        min_version: str = "1.2",
+        poll_interval: float = 10.0,
+    ) -> None:
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.min_version = min_version
+        self.poll_interval = poll_interval
+        self.reloads = 0
+        self._stamps = self._read_stamps()
+        # The first load must succeed: a server without a certificate must not start.
+        self._current = build_context(cert_file, key_file, min_version)
+        self.context = build_context(cert_file, key_file, min_version)
+        self.context.sni_callback = self._pick
+        self._task: asyncio.Task[None] | None = None
+
+    def _pick(self, connection: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
+        connection.context = self._current
+
+    def _read_stamps(self) -> tuple[FileStamp | None, FileStamp | None]:
+        return stamp(self.cert_file), stamp(self.key_file)
+
+    async def check(self) -> bool:
+        """Reload if either file changed; True when a new pair is now served."""
+        stamps = await asyncio.to_thread(self._read_stamps)
+        if stamps == self._stamps:
+            return False
+        self._stamps = stamps
+        try:
+            fresh = await asyncio.to_thread(
+                build_context, self.cert_file, self.key_file, self.min_version
+            )
+        except (OSError, ssl.SSLError) as exc:
+            log.warning(
+                "tls reload failed, still serving the previous certificate",
+                extra={"cert_file": str(self.cert_file), "error": str(exc)},
+            )
+            return False
+        self._current = fresh
+        self.reloads += 1
+        log.info("tls certificate reloaded", extra={"cert_file": str(self.cert_file)})
+        return True
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            await self.check()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._watch(), name="tls-reload")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

@@ -1,0 +1,405 @@
+"""The status endpoint over real sockets against the devcluster: every rule of the request
+path, with exact codes, reasons and messages, and nothing written on a refusal."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from trainjob_status_server.app import StatusServer
+from trainjob_status_server.devcluster import DevCluster
+
+from .conftest import GROUP, NS, Poster, status_path
+
+LUT = "2026-12-02T18:33:25Z"
+
+
+def stored(devcluster: DevCluster, name: str = "tj") -> dict[str, Any]:
+    obj = devcluster.get("trainjobs", NS, name, GROUP)
+    assert obj is not None
+    return obj
+
+
+def rv(devcluster: DevCluster, name: str = "tj") -> str:
+    return str(stored(devcluster, name)["metadata"]["resourceVersion"])
+
+
+@pytest.fixture
+def trainjob(devcluster: DevCluster) -> str:
+    devcluster.create_trainjob(NS, "tj")
+    return "tj"
+
+
+def status(body: Any) -> tuple[str, str, int]:
+    return body["reason"], body["message"], body["code"]
+
+
+async def test_valid_update_is_written_and_echoed(
+    poster: Poster, devcluster: DevCluster, trainjob: str
+) -> None:
+    update = {
+        "progressPercentage": 42,
+        "estimatedRemainingSeconds": 600,
+        "metrics": [{"name": "loss", "value": "0.25"}, {"name": "accuracy", "value": "0.9"}],
+        "lastUpdatedTime": LUT,
+    }
+    code, body = await poster.post(trainjob, {"trainerStatus": update, "extra": 1})
+    assert (code, body) == (200, {"trainerStatus": update})
+    assert stored(devcluster)["status"]["trainerStatus"] == update
+    managed = [m for m in stored(devcluster)["metadata"]["managedFields"] if m.get("subresource")]
+    assert [(m["manager"], m["operation"], m["subresource"]) for m in managed] == [
+        ("trainer-status", "Apply", "status")
+    ]
+
+
+async def test_a_field_left_out_is_removed(
+    poster: Poster, devcluster: DevCluster, trainjob: str
+) -> None:
+    first = {"progressPercentage": 10, "estimatedRemainingSeconds": 60, "lastUpdatedTime": LUT}
+    assert (await poster.post(trainjob, {"trainerStatus": first}))[0] == 200
+    second = {"estimatedRemainingSeconds": 30, "lastUpdatedTime": "2026-12-02T18:34:00Z"}
+    assert (await poster.post(trainjob, {"trainerStatus": second}))[0] == 200
+    assert stored(devcluster)["status"]["trainerStatus"] == second
+
+
+@pytest.mark.parametrize("body", [{}, {"trainerStatus": None}, {"other": {"x": 1}}])
+async def test_nothing_to_write_answers_200_and_writes_nothing(
+    poster: Poster, devcluster: DevCluster, trainjob: str, body: dict[str, Any]
+) -> None:
+    before = rv(devcluster)
+    devcluster.faults.reset_counts()
+    assert await poster.post(trainjob, body) == (200, {})
+    assert rv(devcluster) == before
+    assert devcluster.faults.count("patch") == 0
+
+
+async def test_progress_150_is_refused_as_the_api_server_words_it(
+    poster: Poster, devcluster: DevCluster, trainjob: str
+) -> None:
+    before = rv(devcluster)
+    devcluster.faults.reset_counts()
+    code, body = await poster.post(
+        trainjob, {"trainerStatus": {"progressPercentage": 150, "lastUpdatedTime": LUT}}
+    )
+    assert code == 422
+    assert body == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'TrainJob.trainer.kubeflow.org "tj" is invalid: '
+        "status.trainerStatus.progressPercentage: Invalid value: 150: "
+        "trainerStatus.progressPercentage in body should be less than or equal to 100",
+        "reason": "Invalid",
+        "details": {
+            "name": "tj",
+            "group": "trainer.kubeflow.org",
+            "kind": "TrainJob",
+            "causes": [
+                {
+                    "reason": "FieldValueInvalid",
+                    "message": "Invalid value: 150: trainerStatus.progressPercentage in body "
+                    "should be less than or equal to 100",
+                    "field": "status.trainerStatus.progressPercentage",
+                }
+            ],
+        },
+        "code": 422,
+    }
+    assert rv(devcluster) == before
+    assert devcluster.faults.count("patch") == 0
+
+
+async def test_all_violations_come_in_one_answer(
+    poster: Poster, devcluster: DevCluster, trainjob: str
+) -> None:
+    code, body = await poster.post(
+        trainjob,
+        {
+            "trainerStatus": {
+                "progressPercentage": 150,
+                "estimatedRemainingSeconds": -5,
+                "lastUpdatedTime": LUT,
+            }
+        },
+    )
+    assert code == 422
+    assert body["message"] == (
+        'TrainJob.trainer.kubeflow.org "tj" is invalid: [status.trainerStatus.progressPercentage: '
+        "Invalid value: 150: trainerStatus.progressPercentage in body should be less than or "
+        "equal to 100, status.trainerStatus.estimatedRemainingSeconds: Invalid value: -5: "
+        "trainerStatus.estimatedRemainingSeconds in body should be greater than or equal to 0]"
+    )
+    assert [c["field"] for c in body["details"]["causes"]] == [
+        "status.trainerStatus.progressPercentage",
+        "status.trainerStatus.estimatedRemainingSeconds",
+    ]
+
+
+async def test_missing_trainjob_is_404_and_not_created(
+    poster: Poster, devcluster: DevCluster
+) -> None:
+    devcluster.ensure_namespace(NS)
+    code, body = await poster.post(
+        "ghost", {"trainerStatus": {"progressPercentage": 1, "lastUpdatedTime": LUT}}
+    )
+    assert code == 404
+    assert status(body) == ("NotFound", "Train job not found", 404)
+    assert devcluster.get("trainjobs", NS, "ghost", GROUP) is None
+    assert devcluster.faults.count("patch") == 0
+
+
+async def test_a_trainjob_created_a_moment_ago_is_found(
+    poster: Poster, devcluster: DevCluster, server: StatusServer
+) -> None:
+    devcluster.create_trainjob(NS, "fresh")
+    code, _ = await poster.post(
+        "fresh", {"trainerStatus": {"progressPercentage": 3, "lastUpdatedTime": LUT}}
+    )
+    assert code == 200
+    assert stored(devcluster, "fresh")["status"]["trainerStatus"]["progressPercentage"] == 3
+
+
+async def test_a_one_megabyte_body_is_413_by_content_length(
+    poster: Poster, devcluster: DevCluster, trainjob: str
+) -> None:
+    before = rv(devcluster)
+    code, body = await poster.post(trainjob, None, raw=b"{" + b" " * 1_000_000 + b"}")
+    assert code == 413
+    assert status(body) == ("RequestEntityTooLarge", "Payload too large", 413)
+    assert rv(devcluster) == before
+
+
+async def test_a_chunked_body_over_the_limit_is_413(
+    poster: Poster, devcluster: DevCluster, trainjob: str
+) -> None:
+    before = rv(devcluster)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"pad": "'
+        for _ in range(20):
+            yield b"x" * 4096
+        yield b'"}'
+
+    code, body, response = await poster.request(
+        "POST", status_path(NS, trainjob), chunks(), {"Authorization": "Bearer t"}
+    )  # type: ignore[arg-type]  # aiohttp streams an async iterator chunked
+    assert code == 413
+    assert status(body) == ("RequestEntityTooLarge", "Payload too large", 413)
+    assert response.headers.get("Connection", "").lower() == "close"
+    assert rv(devcluster) == before
+
+
+async def test_a_body_of_exactly_64_kib_is_accepted(
+    poster: Poster, devcluster: DevCluster, trainjob: str
+) -> None:
+    head = json.dumps({"trainerStatus": {"progressPercentage": 5, "lastUpdatedTime": LUT}})
+    filler = 65_536 - len(head) - len(', "pad": ""')
+    raw = (head[:-1] + ', "pad": "' + "x" * filler + '"}').encode()
+    assert len(raw) == 65_536
+    assert (await poster.post(trainjob, None, raw=raw))[0] == 200
+    code, body = await poster.post(trainjob, None, raw=raw[:-2] + b'x"}')
+    assert (code, body["reason"]) == (413, "RequestEntityTooLarge")
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (
+            b"not json",
+            "Invalid payload: body is not valid JSON: Expecting value: line 1 column 1 (char 0)",
+        ),
+        (b"[1, 2]", "Invalid payload: body must be a JSON object, got array"),
+        (
+            b'{"trainerStatus": {"progressPercentage": "50"}}',
+            "Invalid payload: trainerStatus.progressPercentage: must be an integer, got string",
+        ),
+    ],
+)
+async def test_bodies_that_do_not_decode_are_invalid_payload(
+    poster: Poster, devcluster: DevCluster, trainjob: str, raw: bytes, message: str
+) -> None:
+    before = rv(devcluster)
+    code, body = await poster.post(trainjob, None, raw=raw)
+    assert code == 422
+    assert status(body) == ("Invalid", message, 422)
+    assert rv(devcluster) == before
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", status_path(NS, "tj")),
+        ("PUT", status_path(NS, "tj")),
+        ("PATCH", status_path(NS, "tj")),
+        ("DELETE", status_path(NS, "tj")),
+        ("POST", "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs/tj"),
+        ("POST", "/apis/trainer.kubeflow.org/v1/namespaces/team-a/trainjobs/tj/status"),
+        ("POST", "/"),
+        ("GET", "/metrics"),
+    ],
+)
+async def test_any_other_path_or_method_is_the_peers_404(
+    poster: Poster, devcluster: DevCluster, trainjob: str, method: str, path: str
+) -> None:
+    before = rv(devcluster)
+    code, body, _ = await poster.request(method, path, b"{}")
+    assert code == 404
+    assert body == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Not found",
+        "reason": "NotFound",
+        "code": 404,
+    }
+    assert rv(devcluster) == before
+
+
+async def test_no_content_type_is_required(
+    poster: Poster, devcluster: DevCluster, trainjob: str, server: StatusServer
+) -> None:
+    body = json.dumps({"trainerStatus": {"progressPercentage": 9, "lastUpdatedTime": LUT}})
+    async with poster.session.post(
+        server.url + status_path(NS, trainjob),
+        data=body.encode(),
+        headers={"Authorization": "Bearer t"},
+        skip_auto_headers=["Content-Type"],
+    ) as response:
+        assert "Content-Type" not in response.request_info.headers
+        assert response.status == 200
+    assert stored(devcluster)["status"]["trainerStatus"]["progressPercentage"] == 9
+
+
+async def test_missing_last_updated_time_is_stamped_with_the_receive_time(
+    poster: Poster, devcluster: DevCluster, trainjob: str
+) -> None:
+    before = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    code, body = await poster.post(trainjob, {"trainerStatus": {"progressPercentage": 1}})
+    after = dt.datetime.now(dt.UTC)
+    assert code == 200
+    written = stored(devcluster)["status"]["trainerStatus"]["lastUpdatedTime"]
+    assert body["trainerStatus"]["lastUpdatedTime"] == written
+    stamped = dt.datetime.fromisoformat(written)
+    assert before <= stamped <= after
+
+
+async def test_a_time_far_in_the_future_is_refused(
+    poster: Poster, devcluster: DevCluster, trainjob: str
+) -> None:
+    before = rv(devcluster)
+    future = (dt.datetime.now(dt.UTC) + dt.timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    code, body = await poster.post(trainjob, {"trainerStatus": {"lastUpdatedTime": future}})
+    assert code == 422
+    assert body["reason"] == "Invalid"
+    assert body["details"]["causes"][0]["field"] == "status.trainerStatus.lastUpdatedTime"
+    assert body["message"].startswith(
+        f'TrainJob.trainer.kubeflow.org "tj" is invalid: status.trainerStatus.lastUpdatedTime: '
+        f'Invalid value: "{future}": must not be more than 5 minutes after the time the '
+        "server received it ("
+    )
+    assert rv(devcluster) == before
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [
+        (500, ("InternalError", "Internal error", 500)),
+        (409, ("InternalError", "Internal error", 500)),
+        (503, ("ServiceUnavailable", "The Kubernetes API server is unavailable", 503)),
+        (429, ("ServiceUnavailable", "The Kubernetes API server is unavailable", 503)),
+    ],
+)
+async def test_api_errors_map_to_status(
+    poster: Poster,
+    devcluster: DevCluster,
+    trainjob: str,
+    fault: int,
+    expected: tuple[str, str, int],
+) -> None:
+    before = rv(devcluster)
+    devcluster.faults.fail(fault, times=None, verb="patch", resource="trainjobs/status")
+    code, body = await poster.post(
+        trainjob, {"trainerStatus": {"progressPercentage": 1, "lastUpdatedTime": LUT}}
+    )
+    assert (code, status(body)) == (expected[2], expected)
+    assert rv(devcluster) == before
+
+
+async def test_api_422_passes_the_api_servers_message_through(
+    poster: Poster, devcluster: DevCluster, trainjob: str
+) -> None:
+    message = 'TrainJob.trainer.kubeflow.org "tj" is invalid: status: Invalid value: "x": nope'
+    devcluster.faults.fail(422, message=message, verb="patch", resource="trainjobs/status")
+    code, body = await poster.post(
+        trainjob, {"trainerStatus": {"progressPercentage": 1, "lastUpdatedTime": LUT}}
+    )
+    assert (code, body["reason"], body["message"]) == (422, "Invalid", message)
+
+
+async def test_a_stalled_api_server_gives_503_within_the_timeout(
+    poster: Poster, devcluster: DevCluster, trainjob: str, server: StatusServer
+) -> None:
+    devcluster.faults.stall(30, times=None, verb="patch", resource="trainjobs/status")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    code, body = await poster.post(
+        trainjob, {"trainerStatus": {"progressPercentage": 1, "lastUpdatedTime": LUT}}
+    )
+    assert (code, body["reason"]) == (503, "ServiceUnavailable")
+    assert body["details"] == {"retryAfterSeconds": 1}
+    # Bounded by the configured API timeout (2 s here), far from the 30 s stall.
+    assert loop.time() - started < server.config.kube_api_timeout + 3
+
+
+async def test_health_and_readiness_on_both_ports(poster: Poster, server: StatusServer) -> None:
+    for base in (server.url, server.metrics_url):
+        for path in ("/healthz", "/readyz"):
+            async with poster.session.get(base + path) as response:
+                assert (response.status, await response.text()) == (200, "ok")
+    async with poster.session.get(server.metrics_url + "/metrics") as response:
+        assert response.status == 200
+        assert "process_cpu_seconds_total" in await response.text()
+
+
+async def test_one_log_line_per_request_without_the_token(
+    poster: Poster, trainjob: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trainjob_status_server.access")
+    token = "eyJhbGciOiJSUzI1NiJ9.secret-part.signature"
+    async with poster.session.post(
+        poster.server.url + status_path(NS, trainjob),
+        data=b'{"trainerStatus": {"progressPercentage": 2}}',
+        headers={"Authorization": f"Bearer {token}", "X-Request-Id": "req-1"},
+    ) as response:
+        assert response.status == 200
+        assert response.headers["X-Request-Id"] == "req-1"
+    lines = [r for r in caplog.records if r.name == "trainjob_status_server.access"]
+    assert len(lines) == 1
+    line = lines[0].__dict__
+    assert (line["method"], line["code"], line["trainjob"], line["request_id"]) == (
+        "POST",
+        200,
+        f"{NS}/tj",
+        "req-1",
+    )
+    assert line["path"] == status_path(NS, "tj")
+    for record in caplog.records:
+        assert "secret-part" not in json.dumps(record.__dict__, default=str)
+
+
+async def test_a_request_id_that_could_forge_log_lines_is_replaced(
+    poster: Poster, trainjob: str
+) -> None:
+    async with poster.session.get(
+        poster.server.url + "/healthz", headers={"X-Request-Id": 'a code=200 forged="1"'}
+    ) as response:
+        assert response.headers["X-Request-Id"] != 'a code=200 forged="1"'
+        assert len(response.headers["X-Request-Id"]) == 16
