@@ -13,7 +13,7 @@ import prometheus_client
 from aiohttp import web
 
 from . import errors
-from .auth import Authenticator
+from .auth import Authenticator, TokenAuthenticator
 from .config import Config
 from .endpoint import STATUS_PATH, StatusEndpoint
 from .kube.cache import WatchCache
@@ -40,6 +40,8 @@ class StatusServer:
             burst=config.kube_api_burst,
         )
         self.trainjobs = WatchCache(self.kube, TRAINJOBS)
+        # The token authenticator has I/O (keys, pods) and a lifecycle; others have none.
+        self.token_auth = authenticator if isinstance(authenticator, TokenAuthenticator) else None
         self.tls = _serving_tls(config)
         self.writer = DirectWriter(self.kube)
         self.endpoint = StatusEndpoint(
@@ -114,6 +116,8 @@ class StatusServer:
             log.warning("serving plain HTTP (--insecure-http): tokens travel in clear")
         await self.kube.start()
         await self.trainjobs.start()
+        if self.token_auth is not None:
+            await self.token_auth.start(self.kube)  # returns at once; `ready` follows
         if self.tls is not None:
             await self.tls.start()
         self._serving = web.AppRunner(
@@ -150,6 +154,8 @@ class StatusServer:
             await self._metrics.cleanup()
         if self.tls is not None:
             await self.tls.stop()
+        if self.token_auth is not None:
+            await self.token_auth.stop()
         await self.trainjobs.stop()
         await self.kube.close()
         log.info("stopped")

@@ -106,8 +106,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     if args.command == "serve":
         raise SystemExit(_serve(args))
-    print(f"trainjob-status-server {args.command}: not built yet", file=sys.stderr)
-    raise SystemExit(2)
+    from .demo import DemoOptions, run_demo
+
+    options = DemoOptions(args.duration, args.report_interval, args.keep, args.workdir)
+    with contextlib.suppress(KeyboardInterrupt):
+        raise SystemExit(asyncio.run(run_demo(options)))
 
 
 def _serve(args: argparse.Namespace) -> int:

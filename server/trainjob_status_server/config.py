@@ -9,6 +9,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from .auth.settings import AuthSettings
+
 ENV_PREFIX = "TRAINJOB_STATUS_"
 
 # The peer's limit; a typical post is well under 20 KiB even with 256 metrics.
@@ -36,6 +38,27 @@ class Config:
     shutdown_timeout: float = 5.0
     log_level: str = "info"
     log_format: str = "json"
+    token_leeway: float = 60.0
+    jwks_refresh_interval: float = 30.0
+    require_pod_membership: bool = True
+    allow_unbound_tokens: bool = False
+    token_review: bool = False
+    sa_rate_limit: float = 500.0
+    sa_rate_burst: int = 2000
+    token_cache_size: int = 10_000
+
+    def auth_settings(self) -> AuthSettings:
+        return AuthSettings(
+            issuer=self.issuer,
+            leeway=self.token_leeway,
+            jwks_refresh_interval=self.jwks_refresh_interval,
+            require_pod_membership=self.require_pod_membership,
+            allow_unbound_tokens=self.allow_unbound_tokens,
+            token_review=self.token_review,
+            sa_rate_limit=self.sa_rate_limit,
+            sa_rate_burst=self.sa_rate_burst,
+            token_cache_size=self.token_cache_size,
+        )
 
     def check(self) -> list[str]:
         """What is wrong with this configuration, one line each (empty when usable)."""
@@ -59,7 +82,7 @@ class Config:
                 problems.append(f"--{name.replace('_', '-')} must be > 0")
         if self.max_connections < 1:
             problems.append("--max-connections must be >= 1")
-        return problems
+        return problems + self.auth_settings().check()
 
 
 @dataclass(frozen=True)
@@ -101,6 +124,30 @@ _FLAGS = (
     _Flag("shutdown_timeout", float, "seconds in-flight requests get to finish on SIGTERM"),
     _Flag("log_level", str, "log level", ("debug", "info", "warning", "error")),
     _Flag("log_format", str, "log line format", ("json", "text")),
+    _Flag("token_leeway", float, "seconds of clock skew allowed on token exp/nbf/iat"),
+    _Flag(
+        "jwks_refresh_interval",
+        float,
+        "seconds between JWKS refreshes; a token with an unknown kid refreshes at most this often",
+    ),
+    _Flag("sa_rate_limit", float, "posts per second per service account (429 beyond)"),
+    _Flag("sa_rate_burst", int, "posts one service account may make at once"),
+    _Flag("token_cache_size", int, "verified tokens kept in memory (0: verify every post)"),
+)
+
+# Switches: --name turns on, --no-name off; the environment takes true/false.
+_SWITCHES = (
+    ("insecure_http", "serve plain HTTP instead of HTTPS: local use only, tokens travel in clear"),
+    (
+        "require_pod_membership",
+        "the token's pod must carry jobset.sigs.k8s.io/jobset-name=<trainjob>; off, every pod "
+        "in the cluster is cached",
+    ),
+    (
+        "allow_unbound_tokens",
+        "accept tokens not bound to a pod (any pod of the namespace could post)",
+    ),
+    ("token_review", "verify tokens with TokenReview instead of the issuer's JWKS"),
 )
 
 
@@ -122,17 +169,15 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
             default=None,
             help=f"{flag.help} (env {env_name(flag.name)}; default {shown})",
         )
-    parser.add_argument(
-        "--insecure-http",
-        dest="insecure_http",
-        action="store_const",
-        const=True,
-        default=None,
-        help=(
-            "serve plain HTTP instead of HTTPS: local use only, tokens travel in clear "
-            f"(env {env_name('insecure_http')}; default off)"
-        ),
-    )
+    for name, text in _SWITCHES:
+        shown = "on" if getattr(defaults, name) else "off"
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help=f"{text} (env {env_name(name)}; default {shown})",
+        )
 
 
 def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Config:
@@ -140,7 +185,7 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
 
     ValueError names the environment variable whose value does not parse."""
     env = dict(os.environ) if environ is None else environ
-    parsers = {f.name: f.parse for f in _FLAGS} | {"insecure_http": _bool}
+    parsers = {f.name: f.parse for f in _FLAGS} | {name: _bool for name, _ in _SWITCHES}
     choices = {f.name: f.choices for f in _FLAGS}
     values: dict[str, Any] = {}
     for field in fields(Config):

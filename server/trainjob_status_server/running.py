@@ -7,7 +7,7 @@ import logging
 import signal
 
 from .app import StatusServer
-from .auth import Authenticator, RejectAll
+from .auth import Authenticator, TokenAuthenticator
 from .config import Config
 
 log = logging.getLogger(__name__)
@@ -19,12 +19,12 @@ _CLOSE_GRACE = 5.0
 async def serve_until_signalled(config: Config, authenticator: Authenticator | None = None) -> int:
     """0 after a clean shutdown, 1 if the server could not start or stop in time.
 
-    Without an ``authenticator`` every post is refused: nothing is verified yet."""
+    Without an ``authenticator``, tokens are verified as ``config`` says."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    server = StatusServer(config, authenticator or RejectAll())
+    server = StatusServer(config, authenticator or TokenAuthenticator(config.auth_settings()))
     try:
         await server.start()
     except OSError as exc:

@@ -1,5 +1,15 @@
 """Who may post a TrainJob's status: the authenticator seam and its implementations."""
 
 from .authenticator import Authenticator, Identity, RejectAll
+from .failures import AuthFailure
+from .settings import AuthSettings
+from .verifier import TokenAuthenticator
 
-__all__ = ["Authenticator", "Identity", "RejectAll"]
+__all__ = [
+    "AuthFailure",
+    "AuthSettings",
+    "Authenticator",
+    "Identity",
+    "RejectAll",
+    "TokenAuthenticator",
+]

@@ -1,0 +1,248 @@
+"""Verified status posts per second with real service-account tokens, with and without the
+verified-token cache, against the accept-all server and a bare aiohttp handler, in one
+run.
+
+Layout on a 2-core machine: the server under test alone on CPU 0; wrk (HTTPS keep-alive)
+and the devcluster on CPU 1. The token is minted by the devcluster's TokenRequest for a
+pod of the TrainJob (real RS256 key, real claims, pod binding and membership checked on
+every post). The body is a typical post (progress, ETA, 8 metrics) under a key the
+server ignores, so every post is authenticated, read and decoded, and nothing is
+written: the writer has its own benchmark (ingest_accept.py) and here it would only
+measure the devcluster. The per-account rate limit is raised out of the way (its bucket
+is still spent on every post). Besides posts/s it prints the server's CPU time per
+post (steadier when other work shares the machine and wrk cannot saturate the server's
+core) and the CPU cost of one ``authenticate()`` call, cached and uncached, measured in a
+loop. Prints figures; asserts nothing. Needs ``wrk``.
+
+    .venv/bin/python bench/auth_verify.py [--seconds 10] [--connections 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ingest_accept import (  # type: ignore[import-not-found]  # bench/ is not a package
+    PATH,
+    ceiling_server,
+    free_port,
+    measure,
+    wait_port,
+)
+from trainjob_status_server.app import StatusServer
+from trainjob_status_server.auth import AuthSettings, TokenAuthenticator
+from trainjob_status_server.auth.authenticator import Authenticator
+from trainjob_status_server.auth.testing import AcceptAll
+from trainjob_status_server.config import Config
+from trainjob_status_server.devcluster import DevCluster
+from trainjob_status_server.devcluster.pki import CertificateAuthority
+from trainjob_status_server.kube.client import KubeClient
+
+NS = "bench"  # PATH (the ceiling's route too) is .../namespaces/bench/trainjobs/job/status
+JOB = "job"
+POD = "job-node-0-0"
+AUDIENCE = f"trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/{JOB}/status"
+BODY = json.dumps(
+    {
+        "report": {
+            "progressPercentage": 42,
+            "estimatedRemainingSeconds": 3600,
+            "metrics": [{"name": f"metric_{i}", "value": f"{i * 0.125:.4f}"} for i in range(8)],
+            "lastUpdatedTime": "2026-12-02T18:33:25Z",
+        }
+    }
+)
+LUA = """
+wrk.method = "POST"
+wrk.body = [[%s]]
+wrk.headers["Authorization"] = "Bearer %s"
+wrk.headers["Content-Type"] = "application/json"
+"""
+MODES = ("accept-all", "verified-cached", "verified-uncached")
+
+
+# -- the processes under test -------------------------------------------------------------
+
+
+async def status_server(mode: str, port: int, cert: Path, key: Path, work: Path) -> None:
+    config = Config(
+        host="127.0.0.1",
+        port=port,
+        metrics_port=0,
+        tls_cert_file=cert,
+        tls_key_file=key,
+        kubeconfig=work / "kubeconfig",
+        log_level="warning",
+    )
+    kube: KubeClient | None = None
+    auth: TokenAuthenticator | None = None
+    authenticator: Authenticator = AcceptAll()
+    if mode != "accept-all":
+        settings = AuthSettings(
+            issuer=(work / "issuer").read_text(),
+            own_token_path=None,
+            sa_rate_limit=1e9,
+            sa_rate_burst=10**9,
+            token_cache_size=0 if mode == "verified-uncached" else AuthSettings.token_cache_size,
+        )
+        kube = await KubeClient(config.kubeconfig).start()
+        auth = TokenAuthenticator(settings)
+        await auth.start(kube)
+        await auth.wait_ready()
+        authenticator = auth
+    async with StatusServer(config, authenticator) as server:
+        await server.trainjobs.synced.wait()
+        await asyncio.Event().wait()
+
+
+async def authenticate_cost(work: Path) -> None:
+    """Microseconds per ``authenticate()`` call in a loop, cached and uncached: the
+    request path's own cost, steadier than throughput on a shared machine."""
+    settings = AuthSettings(
+        issuer=(work / "issuer").read_text(),
+        own_token_path=None,
+        sa_rate_limit=1e9,
+        sa_rate_burst=10**9,
+    )
+    header = "Bearer " + (work / "token").read_text()
+    kube = await KubeClient(work / "kubeconfig").start()
+    for size, calls in ((settings.token_cache_size, 20_000), (0, 1_000)):
+        auth = TokenAuthenticator(dataclasses.replace(settings, token_cache_size=size))
+        await auth.start(kube)
+        await auth.wait_ready()
+        await auth.authenticate(header, NS, JOB)
+        started = time.process_time()
+        for _ in range(calls):
+            await auth.authenticate(header, NS, JOB)
+        cost = (time.process_time() - started) / calls * 1e6
+        label = "cached" if size else "uncached (RS256 each time)"
+        print(f"authenticate(), {label:<27} {cost:8.1f} us CPU per call")
+        await auth.stop()
+    await kube.close()
+
+
+async def cluster_process(work: Path) -> None:
+    async with DevCluster() as cluster:
+        cluster.create_trainjob(NS, JOB)
+        cluster.create_pod(
+            NS, POD, service_account="trainer", labels={"jobset.sigs.k8s.io/jobset-name": JOB}
+        )
+        token = cluster.request_token(NS, "trainer", [AUDIENCE], pod=POD)
+        (work / "token").write_text(token)
+        (work / "issuer").write_text(cluster.issuer)
+        shutil.copy(cluster.kubeconfig_path, work / "kubeconfig.tmp")
+        (work / "kubeconfig.tmp").rename(work / "kubeconfig")
+        await asyncio.Event().wait()
+
+
+# -- the driver ---------------------------------------------------------------------------
+
+
+def spawn(cpu: int, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        ["taskset", "-c", str(cpu), sys.executable, __file__, *args],
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def report(figures: dict[str, dict[str, float]]) -> None:
+    """Ratios of posts/s, and of server CPU per post: on a machine shared with other
+    work the load generator may not saturate the server's core, and then CPU per post
+    is the steadier figure (a saturated core would serve 1 / that many posts/s)."""
+    cost = {mode: f["cpu"] / f["rps"] * 1e6 for mode, f in figures.items()}
+    accept, ceiling = figures["accept-all"]["rps"], figures["ceiling"]["rps"]
+    print()
+    print(f"{'':<18} {'posts/s ratio to':>32}   {'server CPU':>10}   {'CPU ratio to':>22}")
+    print(f"{'':<18} {'accept-all':>15} {'ceiling':>16}   {'us/post':>10}   {'accept-all':>11}")
+    for mode in ("ceiling", *MODES):
+        rps = figures[mode]["rps"]
+        print(
+            f"{mode:<18} {rps / accept:15.3f} {rps / ceiling:16.3f}   {cost[mode]:10.0f}   "
+            f"{cost['accept-all'] / cost[mode]:11.3f}"
+        )
+
+
+def main(args: argparse.Namespace) -> None:
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: apt-get install wrk")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        ca = CertificateAuthority()
+        cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
+        (work / "tls.crt").write_bytes(cert)
+        (work / "tls.key").write_bytes(key)
+        procs = [spawn(1, "--cluster", str(work))]
+        try:
+            deadline = time.monotonic() + 20
+            while not (work / "kubeconfig").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            script = work / "post.lua"
+            script.write_text(LUA % (BODY, (work / "token").read_text()))
+            tls = (str(work / "tls.crt"), str(work / "tls.key"))
+            port = free_port()
+            ceiling = spawn(0, "--ceiling", str(port), *tls)
+            procs.append(ceiling)
+            wait_port(port)
+            figures = {
+                "ceiling": measure(
+                    "bare aiohttp handler (ceiling)",
+                    ceiling.pid,
+                    f"https://127.0.0.1:{port}{PATH}",
+                    script,
+                    args,
+                )
+            }
+            ceiling.send_signal(signal.SIGTERM)
+            for mode in MODES:
+                port = free_port()
+                proc = spawn(0, "--server", mode, str(port), *tls, str(work))
+                procs.append(proc)
+                wait_port(port)
+                time.sleep(1)
+                figures[mode] = measure(
+                    f"server, {mode}", proc.pid, f"https://127.0.0.1:{port}{PATH}", script, args
+                )
+                proc.send_signal(signal.SIGTERM)
+            report(figures)
+            print(
+                f"wrk -t1 -c{args.connections} on CPU 1 with the devcluster; "
+                f"server under test alone on CPU 0; {args.seconds:.0f} s per figure"
+            )
+            print()
+            subprocess.run(
+                ["taskset", "-c", "0", sys.executable, __file__, "--micro", str(work)],
+                check=True,
+            )
+        finally:
+            for proc in procs:
+                proc.kill()
+                proc.wait(5)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] in ("--ceiling", "--server", "--cluster", "--micro"):
+        mode, rest = sys.argv[1], sys.argv[2:]
+        if mode == "--ceiling":
+            asyncio.run(ceiling_server(int(rest[0]), Path(rest[1]), Path(rest[2])))
+        elif mode == "--server":
+            asyncio.run(
+                status_server(rest[0], int(rest[1]), Path(rest[2]), Path(rest[3]), Path(rest[4]))
+            )
+        elif mode == "--micro":
+            asyncio.run(authenticate_cost(Path(rest[0])))
+        else:
+            asyncio.run(cluster_process(Path(rest[0])))
+    else:
+        parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+        parser.add_argument("--seconds", type=float, default=10.0)
+        parser.add_argument("--connections", type=int, default=32)
+        main(parser.parse_args())

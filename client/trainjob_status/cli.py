@@ -1,0 +1,98 @@
+"""``trainjob-status report``: report a TrainJob's status from shell-driven training.
+
+    trainjob-status report --progress 40 --eta 300 --metric loss=0.31 --metric acc=0.9
+
+Sends one update and waits for it (at most ``--timeout`` seconds). Like the library it
+never fails the training script for the status: the exit code is 0 when not in a
+TrainJob or when the update could not be delivered (a line on stderr says so), unless
+``--strict`` makes both exit 1. Wrong arguments exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from .environment import CA_CERT_ENV, TOKEN_ENV, URL_ENV
+from .reporter import StatusReporter
+
+EXIT_OK = 0
+EXIT_NOT_DELIVERED = 1
+
+
+def _metric(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainjob-status", description="Report a Kubeflow TrainJob's training status."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    report = commands.add_parser(
+        "report",
+        help="send one status update",
+        description="Send one status update (the whole trainerStatus: options left out are "
+        "left out of the TrainJob's status) and wait until it is delivered.",
+    )
+    report.add_argument("--progress", type=float, help="percent done, 0..100")
+    report.add_argument("--eta", type=float, help="estimated remaining seconds")
+    report.add_argument(
+        "--metric",
+        type=_metric,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a metric (repeatable); the value is sent as written",
+    )
+    report.add_argument("--step", type=int, help="current step (sent as metric 'step')")
+    report.add_argument("--epoch", type=float, help="current epoch (sent as metric 'epoch')")
+    report.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for delivery (default 10)"
+    )
+    report.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when not in a TrainJob or when the update was not delivered",
+    )
+    report.add_argument("--url", help=f"status URL (default: ${URL_ENV})")
+    report.add_argument("--token-file", help=f"bearer token file (default: ${TOKEN_ENV})")
+    report.add_argument("--ca-file", help=f"server CA file (default: ${CA_CERT_ENV})")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="trainjob-status: %(message)s")
+    reporter = StatusReporter(
+        args.url,
+        args.token_file,
+        args.ca_file,
+        timeout=min(args.timeout, 5.0),
+        flush_timeout=args.timeout,
+    )
+    try:
+        if not reporter.enabled:
+            reason = reporter.settings.skip_reason or "status reporting is off"
+            print(f"trainjob-status: nothing sent: {reason}", file=sys.stderr)
+            return EXIT_NOT_DELIVERED if args.strict else EXIT_OK
+        reporter.report(
+            args.progress, args.eta, dict(args.metric), step=args.step, epoch=args.epoch
+        )
+        if reporter.flush(args.timeout):
+            return EXIT_OK
+    finally:
+        reporter.close(timeout=0)
+    print("trainjob-status: the update was not delivered", file=sys.stderr)
+    return EXIT_NOT_DELIVERED if args.strict else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

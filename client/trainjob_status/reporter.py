@@ -1,0 +1,387 @@
+"""``StatusReporter``: the caller records the latest update, a daemon thread posts it.
+
+The caller's side (``report``) takes a lock for a few assignments and returns: it never
+waits for the network, a log handler or the sending thread's work. The sending thread
+fits the update to the CRD, posts it over one kept-alive connection and decides what
+happens next from the answer:
+
+- 2xx: delivered.
+- 401/403: the token file is re-read at once; if it changed the post is repeated with
+  the new token, else the update is dropped.
+- 408, 429, 5xx and no answer (network, TLS): retried after Retry-After (429/503) or an
+  exponential backoff; an update reported meanwhile replaces the one waiting.
+- any other answer: dropped, logged (rate-limited).
+
+At most one request starts per ``min_interval``; the newest pending update goes out when
+the window opens (trailing edge). ``flush`` sends what is pending without waiting for the
+window, bounded by a timeout, and so does an ``atexit`` hook: the last update of a
+process that exits is delivered unless the server cannot take it in time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+
+from . import environment, payload
+from .credentials import CAFile, TokenFile
+from .logs import RateLimitedLog
+from .pacing import Pacer, parse_retry_after
+from .payload import Observation
+from .transport import NO_ANSWER, Answer, Transport
+
+_RETRY_AFTER_CODES = frozenset({429, 503})
+
+# What report() records: progress, ETA, a copy of the metrics, step, epoch, Unix time.
+Taken = tuple[object, object, dict[str, object] | None, object, object, float]
+_TOKEN_CODES = frozenset({401, 403})
+
+
+@dataclass
+class Stats:
+    """What the sending thread has done so far (read them; they only grow)."""
+
+    posts: int = 0
+    delivered: int = 0
+    dropped: int = 0
+    retries: int = 0
+
+
+class StatusReporter:
+    """Reports a TrainJob's progress, ETA and metrics from inside its pod.
+
+    ``url``, ``token_path`` and ``ca_path`` default to ``KUBEFLOW_TRAINER_SERVER_URL``,
+    ``..._TOKEN`` and ``..._CA_CERT``. ``only_rank_zero`` None means on when ``RANK`` or
+    ``WORLD_SIZE`` is set; then a process whose global rank is not 0 reports nothing.
+    ``min_interval`` spaces requests (seconds), ``timeout`` bounds each socket operation,
+    ``flush_timeout`` is the default bound of ``flush``, ``close`` and the exit flush.
+    ``environ`` and ``clock`` (Unix seconds) replace ``os.environ`` and ``time.time``.
+
+    Safe from any thread; nothing it does raises into the caller. Use it as a context
+    manager or call ``close()``; otherwise it flushes at interpreter exit.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token_path: str | None = None,
+        ca_path: str | None = None,
+        *,
+        min_interval: float = 5.0,
+        timeout: float = 5.0,
+        only_rank_zero: bool | None = None,
+        flush_timeout: float = 5.0,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = environment.resolve(
+            os.environ if environ is None else environ, url, token_path, ca_path, only_rank_zero
+        )
+        self.min_interval = min_interval
+        self.timeout = timeout
+        self.flush_timeout = flush_timeout
+        self.stats = Stats()
+        self._clock = clock
+        self._log = RateLimitedLog()
+        self._tokens = TokenFile(self.settings.token_path, clock)
+        self._pacer = Pacer(min_interval)
+        self._transport: Transport | None = None
+        self._pid = os.getpid()
+        self._reset_sync()
+        if self.settings.reports:
+            assert self.settings.url is not None
+            try:
+                self._transport = Transport(
+                    self.settings.url, CAFile(self.settings.ca_path), timeout
+                )
+            except ValueError as exc:
+                self._log.log(logging.WARNING, "bad-url", "status reporting off error=%s", exc)
+        elif self.settings.url:
+            self._log.log(
+                logging.INFO, "skip", "status reporting off: %s", self.settings.skip_reason
+            )
+        if self._transport is not None and not self._transport.secure:
+            self._log.log(logging.WARNING, "plain-http", "status server URL is plain http")
+        _live.add(self)
+
+    def _reset_sync(self) -> None:
+        # report() takes the bare lock (cheaper than entering the Condition). Reentrant:
+        # a signal handler may report while the main thread is inside report().
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._pending: Taken | None = None
+        self._pending_seq = 0
+        self._taken = 0
+        self._settled = 0
+        self._delivered = 0
+        self._in_flight = False
+        self._flushing = 0
+        self._idle = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """True when reports from this process are sent (URL known, rank allowed)."""
+        return self._transport is not None and not self._closed
+
+    # -- the caller's side ---------------------------------------------------------------
+
+    def report(
+        self,
+        progress_percent: float | None = None,
+        estimated_remaining_seconds: float | None = None,
+        metrics: Mapping[str, object] | None = None,
+        *,
+        step: int | None = None,
+        epoch: float | None = None,
+    ) -> bool:
+        """Record the TrainJob's status as of now; the sending thread posts it.
+
+        Each report is the whole ``trainerStatus`` (a field left None is left out, as
+        with the Kubeflow SDK); the latest one wins. ``step`` and ``epoch`` become the
+        first metrics. Values are fitted to the CRD when sent. Returns True when the
+        update was taken, False when this process does not report (or after ``close``).
+        """
+        if self._transport is None:
+            return False
+        try:
+            # A plain tuple and a shallow copy: the least the caller can pay. The
+            # sending thread turns it into an Observation and fits it.
+            taken: Taken = (
+                progress_percent,
+                estimated_remaining_seconds,
+                None if metrics is None else dict(metrics),
+                step,
+                epoch,
+                self._clock(),
+            )
+            with self._lock:
+                if self._closed:
+                    return False
+                self._taken += 1
+                self._pending = taken
+                self._pending_seq = self._taken
+                if self._thread is None:
+                    self._start()
+                elif self._idle:
+                    self._cond.notify()
+            return True
+        except Exception as exc:  # never into the training loop
+            self._log.log(logging.WARNING, "report", "status report not taken error=%r", exc)
+            return False
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Send what is pending now (not waiting for the throttle window) and wait for it,
+        at most ``timeout`` seconds (default ``flush_timeout``). True when every update
+        taken so far was delivered (an update replaced by a newer one counts as the
+        newer one); vacuously True when none was taken."""
+        deadline = time.monotonic() + (self.flush_timeout if timeout is None else timeout)
+        with self._cond:
+            target = self._taken
+            if self._settled >= target:
+                return self._delivered >= target
+            if self._thread is None or self._closed:
+                return False
+            self._flushing += 1
+            self._cond.notify_all()
+            try:
+                while self._settled < target:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or self._closed:
+                        return False
+                    if (
+                        self._pending is not None
+                        and not self._in_flight
+                        and self._pacer.retry_at > deadline
+                    ):
+                        return False  # the server asked for more time than we have
+                    self._cond.wait(remaining)
+                return self._delivered >= target
+            finally:
+                self._flushing -= 1
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (bounded by ``timeout``, default ``flush_timeout``), then stop sending.
+        Later reports return False. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            with self._cond:
+                self._closed = True
+                thread = self._thread
+                self._cond.notify_all()
+            atexit.unregister(self._at_exit)
+            if (thread is None or not thread.is_alive()) and self._transport is not None:
+                self._transport.close()
+
+    def __enter__(self) -> StatusReporter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        thread = threading.Thread(target=self._run, name="trainjob-status", daemon=True)
+        thread.start()  # may raise (e.g. at interpreter shutdown): report() answers False
+        self._thread = thread
+        self._pid = os.getpid()
+        atexit.register(self._at_exit)
+
+    def _at_exit(self) -> None:
+        if os.getpid() == self._pid:
+            self.close(self.flush_timeout)
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child: the sending thread and its connection stayed in the parent."""
+        taken = self._taken
+        self._reset_sync()
+        self._taken = self._settled = self._delivered = taken
+        self._pid = os.getpid()
+        if self._transport is not None:
+            self._transport.forget()
+
+    # -- the sending thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        assert self._transport is not None
+        try:
+            while True:
+                with self._cond:
+                    job = self._next()
+                if job is None:
+                    return
+                seq, taken = job
+                try:
+                    answer = self._post(observe(taken))
+                except Exception as exc:  # a bug here must not end the sending thread
+                    answer = Answer(NO_ANSWER, type(exc).__name__, str(exc))
+                self._settle(seq, taken, answer)
+        finally:
+            self._transport.close()
+
+    def _next(self) -> tuple[int, Taken] | None:
+        """Wait (holding the condition) until an update may be sent; None once closed.
+
+        While the window is shut the thread sleeps until it opens, and report() does not
+        wake it: each wake-up takes the GIL from the training loop, so there is one per
+        post, not one per post plus one for the first report after it."""
+        while not self._closed:
+            now = time.monotonic()
+            wait = self._pacer.ready_at(flushing=self._flushing > 0) - now
+            if wait > 0:
+                self._cond.wait(wait)
+            elif self._pending is None:
+                self._idle = True
+                self._cond.wait()
+                self._idle = False
+            else:
+                job = (self._pending_seq, self._pending)
+                self._pending = None
+                self._in_flight = True
+                self._pacer.started(now)
+                return job
+        return None
+
+    def _post(self, observation: Observation) -> Answer:
+        assert self._transport is not None
+        status, notes = payload.fit(observation)
+        for note in sorted(notes):
+            self._log.log(logging.WARNING, note, "status update fitted to the CRD change=%r", note)
+        body = payload.encode(status)
+        token = self._token()
+        answer = self._transport.post(body, token)
+        if answer.code in _TOKEN_CODES and self._tokens.path is not None:
+            self._tokens.invalidate()
+            fresh = self._token()
+            if fresh is not None and fresh != token:
+                answer = self._transport.post(body, fresh)
+        return answer
+
+    def _token(self) -> str | None:
+        token = self._tokens.get()
+        if token is None and self._tokens.error:
+            self._log.log(logging.WARNING, "token", "no token sent error=%r", self._tokens.error)
+        return token
+
+    def _settle(self, seq: int, taken: Taken, answer: Answer) -> None:
+        code = answer.code
+        ok = 200 <= code < 300
+        retry = code == NO_ANSWER or code == 408 or code == 429 or code >= 500
+        retry_after = None
+        if code in _RETRY_AFTER_CODES:
+            retry_after = parse_retry_after(answer.retry_after, self._clock())
+        # Logged before a flush can return, and never under the lock (a log handler may
+        # be slow; a caller must never wait for it).
+        if retry:
+            self._log.log(
+                logging.WARNING,
+                f"retry-{code}",
+                "status post will be retried code=%d reason=%s message=%r retry_after=%s",
+                code,
+                answer.reason,
+                answer.message,
+                "backoff" if retry_after is None else f"{retry_after:g}s",
+            )
+        elif not ok:
+            self._log.log(
+                logging.WARNING,
+                f"drop-{code}",
+                "status update refused, not retried code=%d reason=%s message=%r",
+                code,
+                answer.reason,
+                answer.message,
+            )
+        with self._cond:
+            self._in_flight = False
+            self.stats.posts += 1
+            if ok:
+                self._pacer.succeeded()
+                self._delivered = max(self._delivered, seq)
+                self._settled = max(self._settled, seq)
+                self.stats.delivered += 1
+            elif retry:
+                self._pacer.failed(time.monotonic(), retry_after)
+                if self._pending is None:  # else newer data replaces this update
+                    self._pending, self._pending_seq = taken, seq
+                self.stats.retries += 1
+            else:
+                self._settled = max(self._settled, seq)
+                self.stats.dropped += 1
+            self._cond.notify_all()
+
+
+def observe(taken: Taken) -> Observation:
+    """The Observation of a report: ``step`` and ``epoch`` first among the metrics."""
+    progress, eta, metrics, step, epoch, observed_at = taken
+    items = () if metrics is None else tuple(metrics.items())
+    if epoch is not None:
+        items = (("epoch", epoch), *items)
+    if step is not None:
+        items = (("step", step), *items)
+    return Observation(progress, eta, items, observed_at)
+
+
+_live: weakref.WeakSet[StatusReporter] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for reporter in list(_live):
+        reporter._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

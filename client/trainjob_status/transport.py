@@ -1,0 +1,133 @@
+"""One kept-alive HTTP(S) connection to the status server: a post in, an ``Answer`` out.
+
+Used from the sending thread only. The connection is opened on first use, reused while
+the server keeps it, and reopened after any error. A request on a reused connection that
+the server had already closed is sent again once on a fresh one (the usual keep-alive
+race; a status post may be repeated safely, the server orders by lastUpdatedTime).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import urllib.parse
+from dataclasses import dataclass
+
+from .credentials import CAFile
+
+USER_AGENT = "trainjob-status-client/0.1"
+# A status answer is a few hundred bytes; anything larger is not read to the end.
+MAX_ANSWER_BYTES = 64 * 1024
+NO_ANSWER = 0
+# How a kept-alive connection the server already closed fails on reuse.
+_STALE = (
+    http.client.RemoteDisconnected,
+    ConnectionResetError,
+    BrokenPipeError,
+    ssl.SSLEOFError,
+    ssl.SSLZeroReturnError,
+)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The server's answer, or ``code`` 0 (``NO_ANSWER``) when none came (network, TLS)."""
+
+    code: int
+    reason: str = ""
+    message: str = ""
+    retry_after: str | None = None
+
+
+class Transport:
+    """Posts bodies to ``url`` (``https://`` verified with ``ca``, or plain ``http://``)."""
+
+    def __init__(self, url: str, ca: CAFile, timeout: float) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("https", "http") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        self.secure = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = parts.port
+        self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self.ca = ca
+        self.timeout = timeout
+        self._connection: http.client.HTTPConnection | None = None
+        self._used = False
+        self.connections_opened = 0
+
+    def post(self, body: bytes, token: str | None) -> Answer:
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": USER_AGENT,
+        }
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        for attempt in (1, 2):
+            reused = self._used
+            try:
+                connection = self._connect()
+                self._used = True
+                connection.request("POST", self.target, body, headers)
+                return self._answer(connection.getresponse())
+            except _STALE as exc:
+                self.close()
+                if reused and attempt == 1:
+                    continue
+                return Answer(NO_ANSWER, type(exc).__name__, _scrub(exc, token))
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                self.close()
+                return Answer(NO_ANSWER, type(exc).__name__, _scrub(exc, token))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        self._used = False
+        if connection is not None:
+            connection.close()
+
+    def forget(self) -> None:
+        """Drop the connection without touching its socket (after fork, in the child)."""
+        self._connection = None
+        self._used = False
+
+    def _connect(self) -> http.client.HTTPConnection:
+        if self._connection is None:
+            if self.secure:
+                self._connection = http.client.HTTPSConnection(
+                    self.host, self.port, timeout=self.timeout, context=self.ca.context()
+                )
+            else:
+                self._connection = http.client.HTTPConnection(
+                    self.host, self.port, timeout=self.timeout
+                )
+            self.connections_opened += 1
+        return self._connection
+
+    def _answer(self, response: http.client.HTTPResponse) -> Answer:
+        raw = response.read(MAX_ANSWER_BYTES + 1)
+        if len(raw) > MAX_ANSWER_BYTES or not response.isclosed():
+            self.close()
+        reason, message = describe(raw, response.reason)
+        return Answer(response.status, reason, message, response.getheader("Retry-After"))
+
+
+def _scrub(exc: BaseException, token: str | None) -> str:
+    """An exception's text for the log, with the token cut out should it appear there
+    (http.client quotes a header value it refuses)."""
+    text = str(exc)
+    return text.replace(token, "[token]") if token else text
+
+
+def describe(raw: bytes, fallback: str) -> tuple[str, str]:
+    """``reason`` and ``message`` of a metav1.Status body, tolerant of anything else
+    (the peer's Status has no kind or apiVersion; proxies answer HTML)."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return fallback, raw[:200].decode("utf-8", "replace").strip()
+    if not isinstance(body, dict):
+        return fallback, ""
+    return str(body.get("reason") or fallback), str(body.get("message") or "")[:200]

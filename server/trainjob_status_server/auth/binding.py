@@ -1,0 +1,209 @@
+"""Pod binding: the token's pod exists now, with the token's uid, in the TrainJob.
+
+Pods come from a list+watch cache limited by a label selector (the pods of TrainJobs),
+so the usual answer is a dict lookup. What the cache cannot answer:
+
+- a uid the watch saw leave (deleted, recreated under the same name, or relabelled out
+  of the selection) is remembered in a bounded set, and refused with no API call;
+- a pod the cache does not hold (created a moment ago) is fetched once, through the
+  cache, so the posts that follow find it;
+- a pod the cache holds with another uid, not seen leaving (the token may be newer than
+  the watch), is fetched once with a GET.
+
+Concurrent posts that need the same fetch share it.
+Refusals that came from a fetch are cached for ``negative_ttl`` seconds, so a stale
+token retried in a loop costs one request per interval, not one per post.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from .. import errors
+from ..kube.cache import WatchCache
+from ..kube.client import KubeClient
+from ..kube.errors import KubeError, KubeUnavailable
+from ..kube.resources import PODS, Obj
+from ..kube.store import ADDED, DELETED, CacheEvent
+from . import failures
+from .failures import AuthFailure
+
+MEMBERSHIP_LABEL = "jobset.sigs.k8s.io/jobset-name"
+TRAINJOB_PODS = MEMBERSHIP_LABEL  # the selector: every pod that has the label
+
+
+def _meta(pod: Obj) -> dict[str, Any]:
+    meta = pod.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def uid_of(pod: Obj) -> str:
+    return str(_meta(pod).get("uid") or "")
+
+
+def _gone_since(meta: dict[str, Any]) -> float | None:
+    stamp = meta.get("deletionTimestamp")
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return dt.datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
+
+
+def judge_pod(
+    pod: Obj, *, uid: str, trainjob: str, require_membership: bool, now: float, leeway: float
+) -> str | None:
+    """The refusal reason for posting as ``pod`` with a token bound to ``uid``, or None.
+
+    A terminating pod still posts (its final update at exit) until ``leeway`` after its
+    deletion deadline, as kube-apiserver accepts its token."""
+    meta = _meta(pod)
+    if meta.get("uid") != uid:
+        return failures.POD_UID
+    if "deletionTimestamp" in meta:
+        deadline = _gone_since(meta)
+        if deadline is not None and deadline < now - leeway:
+            return failures.POD_GONE
+    if require_membership:
+        labels = meta.get("labels")
+        if not isinstance(labels, dict) or labels.get(MEMBERSHIP_LABEL) != trainjob:
+            return failures.NOT_MEMBER
+    return None
+
+
+def judge_departed(held: Obj | None) -> str:
+    """The reason for a token whose pod uid the watch saw leave."""
+    return failures.POD_GONE if held is None else failures.POD_UID
+
+
+class _Bounded(OrderedDict[Any, Any]):
+    """An OrderedDict that forgets its oldest entries beyond ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def remember(self, key: Any, value: Any) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > self.limit:
+            self.popitem(last=False)
+
+
+class PodBinding:
+    """``start()`` launches the pod cache; ``ready`` once it has listed."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        *,
+        label_selector: str | None = TRAINJOB_PODS,
+        require_membership: bool = True,
+        leeway: float = 60.0,
+        negative_ttl: float = 10.0,
+        max_departed: int = 65_536,
+        max_negative: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kube = kube
+        self.pods = WatchCache(kube, PODS, label_selector=label_selector)
+        self.require_membership = require_membership
+        self.leeway = leeway
+        self.negative_ttl = negative_ttl
+        self._clock = clock
+        self._departed = _Bounded(max_departed)  # uid -> None
+        self._negative = _Bounded(max_negative)  # (namespace, name, uid) -> (reason, until)
+        self._fetches: dict[tuple[str, str, str], asyncio.Task[Obj | None]] = {}
+        self.pods.add_listener(self._on_event)
+
+    @property
+    def ready(self) -> bool:
+        return self.pods.synced.is_set()
+
+    async def start(self) -> None:
+        await self.pods.start()
+
+    async def stop(self) -> None:
+        fetches = list(self._fetches.values())
+        for task in fetches:
+            task.cancel()
+        for task in fetches:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.pods.stop()
+
+    def _on_event(self, event: CacheEvent) -> None:
+        old_uid = uid_of(event.old) if event.old is not None else ""
+        new_uid = uid_of(event.new) if event.new is not None else ""
+        if old_uid and (event.type == DELETED or old_uid != new_uid):
+            self._departed.remember(old_uid, None)
+        if new_uid and event.type != DELETED:
+            # Back in the selection (relabelled back): the cache answers for it again.
+            self._departed.pop(new_uid, None)
+        if event.type == ADDED and new_uid:
+            meta = _meta(event.new or {})
+            self._negative.pop((meta.get("namespace"), meta.get("name"), new_uid), None)
+
+    async def check(self, namespace: str, name: str, uid: str, trainjob: str, now: float) -> None:
+        """Raise AuthFailure unless pod ``namespace/name`` with ``uid`` may post for
+        ``trainjob``; ``errors.unavailable()`` when a needed fetch fails. ``now`` is
+        wall-clock seconds."""
+        pod = self.pods.get(namespace, name)
+        if pod is None or _meta(pod).get("uid") != uid:
+            pod = await self._resolve(namespace, name, uid, pod)
+        reason = judge_pod(
+            pod,
+            uid=uid,
+            trainjob=trainjob,
+            require_membership=self.require_membership,
+            now=now,
+            leeway=self.leeway,
+        )
+        if reason is not None:
+            raise AuthFailure(reason)
+
+    async def _resolve(self, namespace: str, name: str, uid: str, held: Obj | None) -> Obj:
+        if uid in self._departed:
+            raise AuthFailure(judge_departed(held))
+        key = (namespace, name, uid)
+        known = self._negative.get(key)
+        if known is not None:
+            reason, until = known
+            if self._clock() < until:
+                raise AuthFailure(reason)
+            del self._negative[key]
+        fetch = self._fetches.get(key)
+        if fetch is None:
+            fetch = asyncio.create_task(self._fetch(namespace, name, listed=held is None))
+            self._fetches[key] = fetch
+            fetch.add_done_callback(lambda done: self._fetched(key, done))
+        try:
+            # A caller that gives up must not cancel the others' request.
+            fetched = await asyncio.shield(fetch)
+        except (KubeError, KubeUnavailable) as exc:
+            raise errors.unavailable() from exc
+        if fetched is None or uid_of(fetched) != uid:
+            reason = failures.POD_GONE if fetched is None else failures.POD_UID
+            self._negative.remember(key, (reason, self._clock() + self.negative_ttl))
+            raise AuthFailure(reason)
+        return fetched
+
+    async def _fetch(self, namespace: str, name: str, *, listed: bool) -> Obj | None:
+        if listed:
+            # Through the cache: it keeps what it finds, so the next post asks nobody.
+            return await self.pods.get_or_fetch(namespace, name)
+        # The cache holds another incarnation; only a GET tells which one is current.
+        return await self.kube.get(PODS, namespace, name)
+
+    def _fetched(self, key: tuple[str, str, str], task: asyncio.Task[Obj | None]) -> None:
+        self._fetches.pop(key, None)
+        if not task.cancelled():
+            # Retrieved here too: every caller may have given up before it failed.
+            task.exception()

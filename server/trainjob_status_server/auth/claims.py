@@ -1,0 +1,158 @@
+"""What a service-account token says, and whether that lets it post here (pure).
+
+``parse_facts`` reads the claims once (when the signature has been verified, or when
+TokenReview has vouched for them); ``check_facts`` runs on every post, cached or not,
+so it must stay cheap: a few comparisons and one set lookup.
+
+Kubernetes puts its private claims under ``kubernetes.io``::
+
+    {"namespace": "rec", "pod": {"name": ..., "uid": ...},
+     "serviceaccount": {"name": "trainer", "uid": ...}}
+
+and ``sub`` is ``system:serviceaccount:<namespace>:<name>``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import failures
+from .failures import AuthFailure
+
+AUDIENCE_PREFIX = "trainer.kubeflow.org/v1alpha1/namespaces/"
+SUBJECT_PREFIX = "system:serviceaccount:"
+
+
+def audience_for(namespace: str, trainjob: str) -> str:
+    """The token audience that lets a pod post ``namespace/trainjob``'s status."""
+    return f"{AUDIENCE_PREFIX}{namespace}/trainjobs/{trainjob}/status"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenFacts:
+    """The claims the checks use, typed. None means the claim was absent."""
+
+    issuer: str | None
+    subject: str | None
+    audiences: frozenset[str]
+    expires: float | None
+    not_before: float | None
+    issued_at: float | None
+    namespace: str | None
+    service_account: str | None
+    pod_name: str | None
+    pod_uid: str | None
+
+
+def _string(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise AuthFailure(failures.MALFORMED)
+    return value
+
+
+def _date(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise AuthFailure(failures.MALFORMED)
+    return float(value)
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise AuthFailure(failures.MALFORMED)
+    return value
+
+
+def _audiences(value: Any) -> frozenset[str]:
+    if value is None:
+        return frozenset()
+    if isinstance(value, str):
+        return frozenset((value,))
+    if isinstance(value, list) and all(isinstance(a, str) for a in value):
+        return frozenset(value)
+    raise AuthFailure(failures.MALFORMED)
+
+
+def parse_facts(claims: Mapping[str, Any]) -> TokenFacts:
+    """Typed facts from a claims object; AuthFailure(MALFORMED) when a claim that is
+    present has the wrong JSON type (absent claims are judged by ``check_facts``)."""
+    private = _object(claims.get("kubernetes.io"))
+    pod = _object(private.get("pod"))
+    account = _object(private.get("serviceaccount"))
+    return TokenFacts(
+        issuer=_string(claims.get("iss")),
+        subject=_string(claims.get("sub")),
+        audiences=_audiences(claims.get("aud")),
+        expires=_date(claims.get("exp")),
+        not_before=_date(claims.get("nbf")),
+        issued_at=_date(claims.get("iat")),
+        namespace=_string(private.get("namespace")),
+        service_account=_string(account.get("name")),
+        pod_name=_string(pod.get("name")) if pod else None,
+        pod_uid=_string(pod.get("uid")) if pod else None,
+    )
+
+
+def unverified_claims(token: str) -> dict[str, Any]:
+    """The payload of a compact JWS, not verified: only for TokenReview mode, where the
+    claims are checked before the API server is asked and trusted only after it vouched
+    for the token."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise AuthFailure(failures.MALFORMED)
+    segment = parts[1]
+    try:
+        raw = base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+        claims = json.loads(raw)
+    except (ValueError, binascii.Error) as exc:
+        raise AuthFailure(failures.MALFORMED) from exc
+    if not isinstance(claims, dict):
+        raise AuthFailure(failures.MALFORMED)
+    return claims
+
+
+def check_facts(
+    facts: TokenFacts,
+    *,
+    issuer: str | None,
+    audience: str,
+    namespace: str,
+    now: float,
+    leeway: float,
+    allow_unbound: bool,
+) -> None:
+    """Raise AuthFailure unless ``facts`` allow a post with ``audience`` into
+    ``namespace``. ``issuer`` None skips the issuer check (TokenReview mode with no
+    known issuer: the API server has judged it). 401 reasons come before 403 ones."""
+    if issuer is not None and facts.issuer != issuer:
+        raise AuthFailure(failures.ISSUER)
+    if facts.expires is None:
+        raise AuthFailure(failures.CLAIMS)
+    if now - leeway > facts.expires:
+        raise AuthFailure(failures.EXPIRED)
+    for date in (facts.not_before, facts.issued_at):
+        if date is not None and now + leeway < date:
+            raise AuthFailure(failures.NOT_YET_VALID)
+    if facts.namespace is None or facts.service_account is None:
+        raise AuthFailure(failures.CLAIMS)
+    if facts.subject != f"{SUBJECT_PREFIX}{facts.namespace}:{facts.service_account}":
+        raise AuthFailure(failures.CLAIMS)
+    if audience not in facts.audiences:
+        raise AuthFailure(failures.AUDIENCE)
+    if facts.namespace != namespace:
+        raise AuthFailure(failures.NAMESPACE)
+    if facts.pod_name is None or facts.pod_uid is None:
+        if facts.pod_name is not None or facts.pod_uid is not None:
+            raise AuthFailure(failures.CLAIMS)
+        if not allow_unbound:
+            raise AuthFailure(failures.NO_POD)

@@ -1,0 +1,68 @@
+"""Verified tokens by SHA-256 digest, so repeated posts skip the signature check (pure).
+
+What is cached is only what does not change while the token lives: its claims, parsed,
+and the key that verified them (None when TokenReview vouched for it). The pod binding
+is never cached here: every post, cached or not, looks its pod up in the pod watch
+cache, so an entry cannot outlive its pod. An entry cannot outlive its key either: the
+caller compares ``key`` with the current key set on every hit (identity, one dict
+lookup), and drops entries of keys that left the set when it changes. Entries die at
+``exp`` plus the leeway; beyond ``max_entries`` the least recently used goes first.
+The token itself is never stored, only its digest.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .claims import TokenFacts
+from .keys import VerificationKey
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    facts: TokenFacts
+    key: VerificationKey | None
+    until: float  # wall-clock seconds; dead from then on
+
+
+class TokenCache:
+    """A bounded LRU map digest -> Verified; ``max_entries`` 0 disables it."""
+
+    def __init__(self, max_entries: int) -> None:
+        if max_entries < 0:
+            raise ValueError(f"max_entries must be >= 0, got {max_entries}")
+        self.max_entries = max_entries
+        self._entries: OrderedDict[bytes, Verified] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, digest: bytes, now: float) -> Verified | None:
+        entry = self._entries.get(digest)
+        if entry is None:
+            return None
+        if now >= entry.until:
+            del self._entries[digest]
+            return None
+        self._entries.move_to_end(digest)
+        return entry
+
+    def put(self, digest: bytes, entry: Verified, now: float) -> None:
+        if self.max_entries == 0 or now >= entry.until:
+            return
+        self._entries[digest] = entry
+        self._entries.move_to_end(digest)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def discard(self, digest: bytes) -> None:
+        self._entries.pop(digest, None)
+
+    def drop_where(self, doomed: Callable[[Verified], bool]) -> int:
+        """Remove every entry ``doomed`` selects (a key left the set); how many."""
+        gone = [digest for digest, entry in self._entries.items() if doomed(entry)]
+        for digest in gone:
+            del self._entries[digest]
+        return len(gone)

@@ -1,0 +1,271 @@
+"""Token authentication bound to the TrainJob and its pod: the Authenticator the server
+runs with.
+
+Per post: parse the bearer header; look the token's SHA-256 up in the verified-token
+cache (a hit still needs its key in the current JWKS); on a miss verify the signature
+offline (or, in TokenReview mode, check the claims and then ask the API server) and
+cache the claims; check the claims against the URL's TrainJob; check the bound pod in
+the pod watch cache; spend a token of the service account's bucket. Nothing before a
+verified signature can cause a Kubernetes API call (TokenReview mode: nothing before the
+claims pass). The cached path is a hash, two dict lookups and a few comparisons.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import random
+import time
+from collections.abc import Callable
+
+from .. import errors
+from ..kube.backoff import Backoff
+from ..kube.client import KubeClient
+from ..selfmetrics import AUTH_FAILURES, RATE_LIMITED
+from .authenticator import Identity
+from .bearer import bearer_token
+from .binding import PodBinding
+from .claims import TokenFacts, audience_for, check_facts, parse_facts, unverified_claims
+from .failures import AuthFailure
+from .issuer import DISCOVERY_PATH, discover_issuer, own_token_issuer
+from .jwks import JWKS_PATH, KeyStore
+from .keys import KeySet
+from .kubeapi import JWKS_ACCEPT, ApiRequests
+from .ratelimit import ServiceAccountLimiter
+from .settings import AuthSettings
+from .signature import SignatureVerifier, allowed_algorithm, header_of
+from .tokencache import TokenCache, Verified
+from .tokenreview import TokenReviewer
+
+__all__ = ["AuthSettings", "TokenAuthenticator"]
+
+log = logging.getLogger(__name__)
+
+_DISCOVERY_BACKOFF = Backoff(base=0.5, cap=30.0)
+
+
+class TokenAuthenticator:
+    """Built from settings alone; ``start(kube)`` with the server's started KubeClient
+    (its request budget is shared), ``stop()`` before the client closes. ``ready`` once
+    the issuer and its keys are known and the pod cache has listed; until then posts
+    get 503."""
+
+    def __init__(
+        self,
+        settings: AuthSettings | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings = settings or AuthSettings()
+        problems = settings.check()
+        if problems:
+            raise ValueError("; ".join(problems))
+        self._clock = clock
+        self._monotonic = monotonic
+        self.tokens = TokenCache(settings.token_cache_size)
+        self.limiter = ServiceAccountLimiter(
+            settings.sa_rate_limit,
+            settings.sa_rate_burst,
+            max_buckets=settings.sa_max_buckets,
+            clock=monotonic,
+        )
+        self.issuer: str | None = None
+        self.keys: KeyStore | None = None
+        self.signatures: SignatureVerifier | None = None
+        if not settings.token_review:
+            self.keys = KeyStore(
+                self._fetch_jwks,
+                refresh_interval=settings.jwks_refresh_interval,
+                on_change=self._keys_changed,
+                clock=monotonic,
+            )
+            self.signatures = SignatureVerifier(self.keys)
+        # Built by start(): they need the KubeClient.
+        self.api: ApiRequests | None = None
+        self.binding: PodBinding | None = None
+        self.reviewer: TokenReviewer | None = None
+        self._issuer_known = asyncio.Event()
+        self._discovery: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        keys_loaded = self.keys is None or self.keys.loaded.is_set()
+        pods_listed = self.binding is not None and self.binding.ready
+        return self._issuer_known.is_set() and keys_loaded and pods_listed
+
+    async def wait_ready(self) -> None:
+        """Wait until ``ready`` (bound it with ``asyncio.timeout``)."""
+        if self.binding is None:
+            raise RuntimeError("TokenAuthenticator.wait_ready() before start()")
+        await self._issuer_known.wait()
+        if self.keys is not None:
+            await self.keys.loaded.wait()
+        await self.binding.pods.wait_synced()
+
+    async def start(self, kube: KubeClient) -> None:
+        """Launch issuer discovery, the JWKS refresh loop and the pod cache; returns at
+        once (``ready`` tells when they have loaded)."""
+        if self.binding is not None:
+            return
+        settings = self.settings
+        self.api = ApiRequests(kube)
+        await self.api.start()
+        self.binding = PodBinding(
+            kube,
+            label_selector=settings.pod_selector,
+            require_membership=settings.require_pod_membership,
+            leeway=settings.leeway,
+            negative_ttl=settings.negative_cache_seconds,
+            clock=self._monotonic,
+        )
+        await self.binding.start()
+        if settings.token_review:
+            self.reviewer = TokenReviewer(
+                self.api, negative_ttl=settings.negative_cache_seconds, clock=self._monotonic
+            )
+        if self.keys is not None:
+            await self.keys.start()
+        self._discovery = asyncio.create_task(self._discover(), name="issuer-discovery")
+
+    async def stop(self) -> None:
+        if self._discovery is not None:
+            self._discovery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._discovery
+            self._discovery = None
+        if self.keys is not None:
+            await self.keys.stop()
+        if self.binding is not None:
+            await self.binding.stop()
+        if self.api is not None:
+            await self.api.close()
+
+    async def _discover(self) -> None:
+        settings, failures = self.settings, 0
+        while not self._issuer_known.is_set():
+            try:
+                if settings.token_review:
+                    # The API server judges the issuer; check it too when we know it.
+                    self.issuer = settings.issuer or await own_token_issuer(settings.own_token_path)
+                else:
+                    self.issuer = await discover_issuer(
+                        settings.issuer, settings.own_token_path, self._fetch_discovery
+                    )
+                self._issuer_known.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                log.warning("issuer discovery failed", extra={"error": str(exc)})
+                jitter = random.random()  # noqa: S311 - backoff jitter, not a secret
+                await asyncio.sleep(_DISCOVERY_BACKOFF.delay(failures, jitter))
+
+    async def _fetch_discovery(self) -> object:
+        assert self.api is not None
+        return await self.api.get_json(DISCOVERY_PATH)
+
+    async def _fetch_jwks(self) -> object:
+        assert self.api is not None
+        return await self.api.get_json(JWKS_PATH, accept=JWKS_ACCEPT)
+
+    def _keys_changed(self, old: KeySet, new: KeySet) -> None:
+        dropped = self.tokens.drop_where(lambda e: e.key is not None and e.key not in new)
+        if dropped:
+            log.info("verified tokens dropped: key left the JWKS", extra={"count": dropped})
+
+    # -- the request path ------------------------------------------------------------------
+
+    async def authenticate(
+        self, authorization: str | None, namespace: str, trainjob: str
+    ) -> Identity:
+        """The poster's identity, or ``errors.StatusError``: 401/403 (generic messages),
+        429 over the service account's rate, 503 when a needed API answer is missing."""
+        binding = self.binding
+        if (
+            binding is None
+            or not self._issuer_known.is_set()
+            or (self.keys is not None and not self.keys.loaded.is_set())
+        ):
+            raise errors.unavailable()
+        entry: Verified | None = None
+        try:
+            token = bearer_token(authorization)
+            digest = hashlib.sha256(token.encode()).digest()
+            now = self._clock()
+            audience = audience_for(namespace, trainjob)
+            entry = self.tokens.get(digest, now)
+            if entry is None or (entry.key is not None and entry.key not in self._keyset()):
+                entry = await self._verify(token, digest, audience, namespace, now)
+            facts = entry.facts
+            self._check(facts, audience, namespace, now)
+            if facts.pod_name is not None and facts.pod_uid is not None:
+                await binding.check(namespace, facts.pod_name, facts.pod_uid, trainjob, now)
+        except AuthFailure as failure:
+            self._refused(failure, namespace, trainjob, entry.facts if entry else None)
+            raise failure.status_error() from None
+        # check_facts has made sure of both.
+        assert facts.subject is not None
+        assert facts.service_account is not None
+        wait = self.limiter.take(facts.subject)
+        if wait is not None:
+            RATE_LIMITED.inc()
+            log.info(
+                "post rate-limited",
+                extra={"subject": facts.subject, "trainjob": f"{namespace}/{trainjob}"},
+            )
+            raise errors.too_many_requests(wait)
+        return Identity(namespace, facts.service_account, facts.pod_name)
+
+    def _keyset(self) -> KeySet:
+        assert self.keys is not None
+        return self.keys.keys
+
+    def _check(self, facts: TokenFacts, audience: str, namespace: str, now: float) -> None:
+        check_facts(
+            facts,
+            issuer=self.issuer,
+            audience=audience,
+            namespace=namespace,
+            now=now,
+            leeway=self.settings.leeway,
+            allow_unbound=self.settings.allow_unbound_tokens,
+        )
+
+    async def _verify(
+        self, token: str, digest: bytes, audience: str, namespace: str, now: float
+    ) -> Verified:
+        if self.signatures is not None:
+            claims, key = await self.signatures.verify(token)
+            facts = parse_facts(claims)
+        else:
+            assert self.reviewer is not None  # TokenReview mode once started
+            allowed_algorithm(header_of(token))
+            facts = parse_facts(unverified_claims(token))
+            # Claims first: a token that would fail them never reaches the API server.
+            self._check(facts, audience, namespace, now)
+            await self.reviewer.review(token, digest, audience, facts)
+            key = None
+        until = (facts.expires if facts.expires is not None else -1.0) + self.settings.leeway
+        entry = Verified(facts, key, until)
+        self.tokens.put(digest, entry, now)
+        return entry
+
+    @staticmethod
+    def _refused(
+        failure: AuthFailure, namespace: str, trainjob: str, facts: TokenFacts | None
+    ) -> None:
+        AUTH_FAILURES.labels(reason=failure.reason).inc()
+        fields: dict[str, object] = {
+            "reason": failure.reason,
+            "code": failure.code,
+            "trainjob": f"{namespace}/{trainjob}",
+        }
+        if facts is not None:
+            # Only claims a verified signature (or the API server) vouched for.
+            fields.update(subject=facts.subject, pod=facts.pod_name)
+        log.info("post refused", extra=fields)

@@ -1,0 +1,182 @@
+"""``trainjob-status-server demo``: the whole path on one machine, in about 30 seconds.
+
+A development cluster, a TrainJob and its pod, a CA and serving certificate, the server
+with real token verification, and a simulated training loop that reports through the
+in-pod client with a token minted for that pod. The progress bar shows what the API
+server holds for the TrainJob (read back through the Kubernetes API), not what was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.serialization import Encoding
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .app import StatusServer
+from .auth.verifier import AuthSettings, TokenAuthenticator
+from .config import Config
+from .devcluster import DevCluster
+from .devcluster.pki import CertificateAuthority
+from .kube.resources import TRAINJOBS
+
+NAMESPACE = "demo"
+TRAINJOB = "mnist"
+POD = "mnist-node-0-0"
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    duration: float = 30.0
+    report_interval: float = 2.0
+    keep: bool = False
+    workdir: Path | None = None
+
+
+def audience(namespace: str, name: str) -> str:
+    return f"trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
+
+
+def train(stop_at: float, url: str, token: Path, ca: Path, interval: float) -> None:
+    """A pretend training loop: 1,000 steps, loss falling, reported at every step."""
+    from trainjob_status import StatusReporter
+
+    steps = 1000
+    started = time.monotonic()
+    with StatusReporter(url, str(token), str(ca), min_interval=interval) as reporter:
+        for step in range(1, steps + 1):
+            remaining = (stop_at - started) * (steps - step) / steps
+            reporter.report(
+                progress_percent=100 * step // steps,
+                estimated_remaining_seconds=int(remaining),
+                metrics={
+                    "loss": 2.3 * math.exp(-step / 250) + 0.05,
+                    "accuracy": min(0.99, step / steps),
+                },
+                step=step,
+                epoch=step // 250,
+            )
+            time.sleep(max(0.0, started + (stop_at - started) * step / steps - time.monotonic()))
+        reporter.flush(timeout=10)
+
+
+async def run_demo(options: DemoOptions) -> int:
+    console = Console(stderr=True)
+    workdir = options.workdir or Path(tempfile.mkdtemp(prefix="trainjob-status-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    async with DevCluster(workdir=workdir / "devcluster") as cluster:
+        cluster.ensure_namespace(NAMESPACE)
+        cluster.create_trainjob(NAMESPACE, TRAINJOB)
+        cluster.create_pod(NAMESPACE, POD, labels={"jobset.sigs.k8s.io/jobset-name": TRAINJOB})
+        ca = CertificateAuthority(common_name="trainjob-status demo CA")
+        cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
+        (workdir / "tls.crt").write_bytes(cert)
+        (workdir / "tls.key").write_bytes(key)
+        (workdir / "ca.crt").write_bytes(ca.certificate.public_bytes(Encoding.PEM))
+        config = Config(
+            host="127.0.0.1",
+            port=0,
+            metrics_port=0,
+            tls_cert_file=workdir / "tls.crt",
+            tls_key_file=workdir / "tls.key",
+            kubeconfig=cluster.kubeconfig_path,
+            log_level="warning",
+        )
+        authenticator = TokenAuthenticator(AuthSettings(issuer=cluster.issuer))
+        async with StatusServer(config, authenticator) as server:
+            await server.trainjobs.synced.wait()
+            url = (
+                server.url
+                + "/apis/trainer.kubeflow.org/v1alpha1/namespaces/"
+                + (f"{NAMESPACE}/trainjobs/{TRAINJOB}/status")
+            )
+            token = cluster.request_token(
+                NAMESPACE, "default", [audience(NAMESPACE, TRAINJOB)], pod=POD
+            )
+            (workdir / "token").write_text(token)
+            console.print(
+                f"[bold]devcluster[/] {cluster.url}  kubeconfig {cluster.kubeconfig_path}"
+            )
+            console.print(f"[bold]server[/]     {url}")
+            console.print(f"[bold]metrics[/]    {server.metrics_url}/metrics")
+            stop_at = time.monotonic() + options.duration
+            trainer = threading.Thread(
+                target=train,
+                args=(stop_at, url, workdir / "token", workdir / "ca.crt", options.report_interval),
+                daemon=True,
+            )
+            trainer.start()
+            final = await _show_progress(server, console, trainer)
+            console.print("\n[bold]status.trainerStatus[/] as the API server holds it:")
+            console.print_json(json.dumps(final))
+            await _kubectl_hint(console, cluster)
+            if options.keep:
+                console.print("Serving until Ctrl-C (--keep).")
+                await asyncio.Event().wait()
+    if options.workdir is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0 if final.get("progressPercentage") == 100 else 1
+
+
+async def _show_progress(
+    server: StatusServer, console: Console, trainer: threading.Thread
+) -> dict[str, Any]:
+    progress = Progress(
+        TextColumn(f"{NAMESPACE}/{TRAINJOB}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TextColumn("ETA {task.fields[eta]}"),
+        TextColumn("loss {task.fields[loss]}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    held: dict[str, Any] = {}
+    with progress:
+        task = progress.add_task("train", total=100, eta="-", loss="-")
+        deadline = None
+        while True:
+            obj = await server.kube.get(TRAINJOBS, NAMESPACE, TRAINJOB)
+            held = ((obj or {}).get("status") or {}).get("trainerStatus") or {}
+            metrics = {m["name"]: m["value"] for m in held.get("metrics") or []}
+            progress.update(
+                task,
+                completed=held.get("progressPercentage", 0),
+                eta=f"{held['estimatedRemainingSeconds']}s"
+                if "estimatedRemainingSeconds" in held
+                else "-",
+                loss=metrics.get("loss", "-"),
+            )
+            if held.get("progressPercentage") == 100:
+                break
+            if not trainer.is_alive():
+                deadline = deadline or time.monotonic() + 15
+                if time.monotonic() > deadline:
+                    break
+            await asyncio.sleep(0.5)
+    return held
+
+
+async def _kubectl_hint(console: Console, cluster: DevCluster) -> None:
+    command = [
+        "kubectl", "--kubeconfig", str(cluster.kubeconfig_path), "get", "trainjob", TRAINJOB,
+        "-n", NAMESPACE, "-o", "jsonpath={.status.trainerStatus.progressPercentage}",
+    ]  # fmt: skip
+    console.print("\nLook at it with kubectl (while the demo runs; --keep holds it open):")
+    console.print("  " + " ".join(command[:-1]) + " '" + command[-1] + "'")
+    if shutil.which("kubectl"):
+        # Not subprocess.run: the cluster answering kubectl runs on this event loop.
+        proc = await asyncio.create_subprocess_exec(
+            *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+        console.print(f"  -> {(out or err).decode().strip()}")

@@ -1,0 +1,97 @@
+"""``trainjob-status report``: one update from a shell, exit 0 unless --strict."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from trainjob_status.cli import main
+
+from .sink import Reply, Sink, peer_status
+
+
+@pytest.fixture(autouse=True)
+def no_pod_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (
+        "KUBEFLOW_TRAINER_SERVER_URL",
+        "KUBEFLOW_TRAINER_SERVER_TOKEN",
+        "KUBEFLOW_TRAINER_SERVER_CA_CERT",
+        "RANK",
+        "WORLD_SIZE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+
+
+def to_sink(sink: Sink) -> list[str]:
+    return [
+        "--url",
+        sink.url(),
+        "--token-file",
+        str(sink.token_file),
+        "--ca-file",
+        str(sink.ca_file),
+    ]
+
+
+def test_report_sends_one_update(sink: Sink) -> None:
+    argv = ["report", "--progress", "40", "--eta", "300", "--metric", "loss=0.31"]
+    argv += ["--metric", "acc=0.9", "--metric", "note=a=b", "--step", "7", *to_sink(sink)]
+    assert main(argv) == 0
+    (received,) = sink.requests
+    status = received.status
+    assert (status["progressPercentage"], status["estimatedRemainingSeconds"]) == (40, 300)
+    assert status["metrics"] == [
+        {"name": "step", "value": "7"},
+        {"name": "loss", "value": "0.31"},  # as written, not reformatted
+        {"name": "acc", "value": "0.9"},
+        {"name": "note", "value": "a=b"},
+    ]
+
+
+def test_outside_a_trainjob_exits_0_unless_strict(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", "--progress", "40"]) == 0
+    assert "KUBEFLOW_TRAINER_SERVER_URL is not set" in capsys.readouterr().err
+    assert main(["report", "--progress", "40", "--strict"]) == 1
+
+
+def test_an_update_not_delivered_exits_0_unless_strict(
+    sink: Sink, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sink.replies.append(Reply(422, peer_status(422, "Invalid", "bad")))
+    assert main(["report", "--progress", "40", *to_sink(sink)]) == 0
+    assert "not delivered" in capsys.readouterr().err
+    sink.replies.append(Reply(422, peer_status(422, "Invalid", "bad")))
+    assert main(["report", "--progress", "40", "--strict", *to_sink(sink)]) == 1
+
+
+def test_a_stalled_server_is_bounded_by_timeout(sink: Sink) -> None:
+    with sink.stalled():
+        assert (
+            main(["report", "--progress", "1", "--timeout", "0.3", "--strict", *to_sink(sink)]) == 1
+        )
+
+
+@pytest.mark.parametrize("bad", [["--metric", "novalue"], ["--metric", "=1"], ["--progress", "x"]])
+def test_wrong_arguments_exit_2(bad: list[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["report", *bad])
+    assert exited.value.code == 2
+
+
+def test_runs_as_a_module(sink: Sink) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBEFLOW_TRAINER_")}
+    env["KUBEFLOW_TRAINER_SERVER_URL"] = sink.url()
+    env["KUBEFLOW_TRAINER_SERVER_TOKEN"] = str(sink.token_file)
+    env["KUBEFLOW_TRAINER_SERVER_CA_CERT"] = str(sink.ca_file)
+    done = subprocess.run(
+        [sys.executable, "-m", "trainjob_status.cli", "report", "--progress", "55"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert sink.requests[0].status["progressPercentage"] == 55
