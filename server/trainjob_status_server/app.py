@@ -23,7 +23,7 @@ from .kube.resources import TRAINJOBS
 from .listener import CappedSite
 from .middleware import status_errors
 from .tls import ReloadingTLS
-from .writer import DirectWriter
+from .writer import CoalescingWriter, DirectWriter
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,11 @@ class StatusServer:
         # The token authenticator has I/O (keys, pods) and a lifecycle; others have none.
         self.token_auth = authenticator if isinstance(authenticator, TokenAuthenticator) else None
         self.tls = _serving_tls(config)
-        self.writer = DirectWriter(self.kube)
+        self.writer: CoalescingWriter | DirectWriter = (
+            DirectWriter(self.kube)
+            if config.write_mode == "direct"
+            else CoalescingWriter(self.kube, self.trainjobs, min_interval=config.min_write_interval)
+        )
         self.endpoint = StatusEndpoint(
             authenticator=authenticator,
             trainjob_exists=self._trainjob_exists,
@@ -116,6 +120,7 @@ class StatusServer:
             log.warning("serving plain HTTP (--insecure-http): tokens travel in clear")
         await self.kube.start()
         await self.trainjobs.start()
+        await self.writer.start()
         if self.token_auth is not None:
             await self.token_auth.start(self.kube)  # returns at once; `ready` follows
         if self.tls is not None:
@@ -150,6 +155,8 @@ class StatusServer:
         if self._serving is not None:
             # Stops accepting, then waits for in-flight requests up to shutdown_timeout.
             await self._serving.cleanup()
+        # Posts are all answered now; what they queued is written before the rest closes.
+        await self.writer.stop(self.config.drain_timeout)
         if self._metrics is not None:
             await self._metrics.cleanup()
         if self.tls is not None:

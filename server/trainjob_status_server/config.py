@@ -36,6 +36,9 @@ class Config:
     idle_timeout: float = 120.0
     max_connections: int = 1024
     shutdown_timeout: float = 5.0
+    write_mode: str = "coalesce"
+    min_write_interval: float = 1.0
+    drain_timeout: float = 10.0
     log_level: str = "info"
     log_format: str = "json"
     token_leeway: float = 60.0
@@ -77,6 +80,8 @@ class Config:
             problems.append("--port and --metrics-port must differ")
         if self.kube_api_qps <= 0 or self.kube_api_burst < 1:
             problems.append("--kube-api-qps must be > 0 and --kube-api-burst >= 1")
+        if self.min_write_interval < 0 or self.drain_timeout < 0:
+            problems.append("--min-write-interval and --drain-timeout must be >= 0")
         for name in ("kube_api_timeout", "read_timeout", "idle_timeout", "shutdown_timeout"):
             if getattr(self, name) <= 0:
                 problems.append(f"--{name.replace('_', '-')} must be > 0")
@@ -122,6 +127,15 @@ _FLAGS = (
     _Flag("idle_timeout", float, "seconds an idle keep-alive connection stays open"),
     _Flag("max_connections", int, "open client connections at most; more wait in backlog"),
     _Flag("shutdown_timeout", float, "seconds in-flight requests get to finish on SIGTERM"),
+    _Flag(
+        "write_mode",
+        str,
+        "coalesce: one pending update per TrainJob, written within the API budget; direct: "
+        "one write per post, answered with its outcome (the peer's way)",
+        ("coalesce", "direct"),
+    ),
+    _Flag("min_write_interval", float, "seconds between two status writes of one TrainJob"),
+    _Flag("drain_timeout", float, "seconds pending updates get to be written on SIGTERM"),
     _Flag("log_level", str, "log level", ("debug", "info", "warning", "error")),
     _Flag("log_format", str, "log line format", ("json", "text")),
     _Flag("token_leeway", float, "seconds of clock skew allowed on token exp/nbf/iat"),

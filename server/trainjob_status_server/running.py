@@ -32,9 +32,12 @@ async def serve_until_signalled(config: Config, authenticator: Authenticator | N
         await server.stop()
         return 1
     await stop.wait()
-    log.info("shutting down", extra={"deadline_s": config.shutdown_timeout})
+    log.info(
+        "shutting down",
+        extra={"in_flight_s": config.shutdown_timeout, "drain_s": config.drain_timeout},
+    )
     try:
-        async with asyncio.timeout(config.shutdown_timeout + _CLOSE_GRACE):
+        async with asyncio.timeout(config.shutdown_timeout + config.drain_timeout + _CLOSE_GRACE):
             await server.stop()
     except TimeoutError:
         log.error("shutdown did not finish in time")

@@ -1,15 +1,37 @@
-"""Writes an accepted update to the TrainJob's status subresource.
+"""Writers of accepted updates to the TrainJob status subresource.
 
-One server-side apply per accepted post (field manager ``trainer-status``, force), as the
-peer does. The coalescing writer replaces this with one pending update per TrainJob.
+``CoalescingWriter`` (the default): a post is answered once its update is queued; one
+pending update per TrainJob (the newest wins), at most one write in flight per TrainJob,
+writes conditioned on the resourceVersion they were decided on so status never moves
+back in time (also across replicas), retries while the update is still the newest, and a
+drain on shutdown. Decisions live in ``coalescing.py``.
+
+``DirectWriter``: one server-side apply per post, answered with the write's outcome, as
+the peer does; the benchmarks' baseline (``--write-mode direct``).
 """
 
 from __future__ import annotations
 
-from . import errors
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+
+from . import errors, selfmetrics
+from .coalescing import Key, Pending, Schedule, is_stale, newer_object, retry_delay, supersedes
+from .kube.cache import WatchCache
 from .kube.client import KubeClient
 from .kube.errors import KubeError, KubeUnavailable
+from .kube.resources import Obj
+from .kube.store import CacheEvent
 from .validation import TrainerStatus
+
+log = logging.getLogger(__name__)
+
+# Conflicts retried at once before backing off: another writer changed the object.
+_QUICK_CONFLICT_RETRIES = 3
 
 
 class DirectWriter:
@@ -18,9 +40,247 @@ class DirectWriter:
 
     async def write(self, namespace: str, name: str, update: TrainerStatus) -> None:
         """Apply ``update``; a failure becomes the metav1.Status the post answers."""
+        started = time.monotonic()
         try:
             await self.kube.apply_trainjob_status(namespace, name, update.to_json())
         except KubeUnavailable as exc:
+            selfmetrics.API_WRITES.labels("error").inc()
             raise errors.unavailable() from exc
         except KubeError as exc:
+            selfmetrics.API_WRITES.labels(_result_of(exc.status)).inc()
             raise errors.from_api_error(exc.status, exc.body) from exc
+        selfmetrics.API_WRITES.labels("ok").inc()
+        selfmetrics.API_WRITE_DURATION.observe(time.monotonic() - started)
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self, drain_seconds: float) -> None:
+        return None
+
+    async def wait_idle(self) -> None:
+        return None
+
+
+def _result_of(code: int) -> str:
+    return {404: "not_found", 409: "conflict", 422: "invalid", 429: "throttled"}.get(code, "error")
+
+
+class CoalescingWriter:
+    def __init__(
+        self,
+        kube: KubeClient,
+        trainjobs: WatchCache,
+        *,
+        min_interval: float = 1.0,
+        concurrency: int = 16,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.kube = kube
+        self.trainjobs = trainjobs
+        self.min_interval = min_interval
+        self.concurrency = concurrency
+        self.clock = clock
+        self.rand = rand
+        self._pending: dict[Key, Pending] = {}
+        self._in_flight: set[Key] = set()
+        self._last_start: dict[Key, float] = {}
+        self._written: dict[Key, Obj] = {}  # what our own writes returned
+        self._schedule = Schedule()
+        self._wake = asyncio.Event()
+        self._settled = asyncio.Event()
+        self._settled.set()
+        self._draining = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._dispatcher: asyncio.Task[None] | None = None
+
+    # -- accepting ---------------------------------------------------------------------
+
+    async def write(self, namespace: str, name: str, update: TrainerStatus) -> None:
+        """Queue ``update``; returns at once (the post is answered 200)."""
+        self.submit((namespace, name), update)
+
+    def submit(self, key: Key, update: TrainerStatus) -> None:
+        now = self.clock()
+        held = self._pending.get(key)
+        if held is not None:
+            if supersedes(update, held.update):
+                self._pending[key] = Pending(update, now)
+                selfmetrics.UPDATES_COALESCED.inc()
+            else:
+                selfmetrics.UPDATES_DROPPED.labels("stale").inc()
+            return
+        if is_stale(update, self._stored(key)):
+            selfmetrics.UPDATES_DROPPED.labels("stale").inc()
+            return
+        self._pending[key] = Pending(update, now)
+        self._settled.clear()
+        selfmetrics.PENDING_WRITES.set(len(self._pending))
+        if key not in self._in_flight:
+            self._schedule.push(key, self._ready_at(key, now))
+            self._wake.set()
+
+    def _ready_at(self, key: Key, now: float) -> float:
+        if self._draining:
+            return now
+        return max(now, self._last_start.get(key, -self.min_interval) + self.min_interval)
+
+    def _stored(self, key: Key) -> Obj | None:
+        return newer_object(self.trainjobs.get(*key), self._written.get(key))
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def wait_idle(self) -> None:
+        """Until nothing is pending or in flight (tests and the demo use it)."""
+        await self._settled.wait()
+
+    # -- writing -----------------------------------------------------------------------
+
+    async def _dispatch(self) -> None:
+        while True:
+            now = self.clock()
+            key = None
+            if len(self._in_flight) < self.concurrency:
+                key = self._schedule.pop_ready(now)
+            if key is None:
+                self._wake.clear()
+                wake_at = self._schedule.next_time()
+                if wake_at is None or len(self._in_flight) >= self.concurrency:
+                    await self._wake.wait()
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), max(0.0, wake_at - now))
+                continue
+            pending = self._pending.pop(key, None)
+            if pending is None:
+                continue
+            self._in_flight.add(key)
+            self._last_start[key] = now
+            task = asyncio.create_task(self._write_one(key, pending), name=f"write {key}")
+            self._tasks.add(task)
+            task.add_done_callback(lambda t, k=key: self._finished(t, k))  # type: ignore[misc]
+
+    def _finished(self, task: asyncio.Task[None], key: Key) -> None:
+        self._tasks.discard(task)
+        self._in_flight.discard(key)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("status write failed", exc_info=task.exception())
+        if key in self._pending:
+            self._schedule.push(key, self._ready_at(key, self.clock()))
+        selfmetrics.PENDING_WRITES.set(len(self._pending))
+        if not self._pending and not self._in_flight:
+            self._settled.set()
+        self._wake.set()
+
+    async def _write_one(self, key: Key, pending: Pending) -> None:
+        namespace, name = key
+        stored = self._stored(key)
+        if stored is None:
+            try:
+                stored = await self.kube.get_trainjob(namespace, name)
+            except (KubeError, KubeUnavailable):
+                self._retry(key, pending, None)
+                return
+            if stored is None:
+                self._drop(key, "not_found")
+                return
+        if is_stale(pending.update, stored):
+            selfmetrics.UPDATES_DROPPED.labels("stale").inc()
+            return
+        version = str((stored.get("metadata") or {}).get("resourceVersion") or "") or None
+        started = self.clock()
+        try:
+            written = await self.kube.apply_trainjob_status(
+                namespace, name, pending.update.to_json(), resource_version=version
+            )
+        except KubeUnavailable:
+            selfmetrics.API_WRITES.labels("error").inc()
+            self._retry(key, pending, None)
+            return
+        except KubeError as exc:
+            selfmetrics.API_WRITE_DURATION.observe(self.clock() - started)
+            selfmetrics.API_WRITES.labels(_result_of(exc.status)).inc()
+            await self._failed(key, pending, exc)
+            return
+        selfmetrics.API_WRITE_DURATION.observe(self.clock() - started)
+        selfmetrics.API_WRITES.labels("ok").inc()
+        selfmetrics.WRITE_FRESHNESS.observe(self.clock() - pending.accepted_at)
+        self._written[key] = written
+
+    async def _failed(self, key: Key, pending: Pending, exc: KubeError) -> None:
+        if exc.status == 404:
+            self._drop(key, "not_found")
+        elif exc.status == 422:
+            log.warning(
+                "status write refused by the API server",
+                extra={"trainjob": "/".join(key), "error": exc.message},
+            )
+            selfmetrics.UPDATES_DROPPED.labels("invalid").inc()
+        elif exc.status == 409:
+            # Someone else changed the TrainJob since we decided: look again, then retry
+            # (or drop, if what is stored now is newer).
+            self._written.pop(key, None)
+            with contextlib.suppress(KubeError, KubeUnavailable):
+                fresh = await self.kube.get_trainjob(*key)
+                if fresh is None:
+                    self._drop(key, "not_found")
+                    return
+                self._written[key] = fresh
+            quick = pending.attempts < _QUICK_CONFLICT_RETRIES
+            self._retry(key, pending, 0.0 if quick else None)
+        else:
+            self._retry(key, pending, exc.retry_after if exc.status == 429 else None)
+
+    def _retry(self, key: Key, pending: Pending, delay: float | None) -> None:
+        """Write ``pending`` again later, unless a newer update arrived meanwhile."""
+        if key in self._pending:
+            selfmetrics.UPDATES_COALESCED.inc()
+            return
+        pending.attempts += 1
+        if delay is None or delay > 0:
+            delay = retry_delay(pending.attempts, delay, self.rand())
+        self._pending[key] = pending
+        self._schedule.push(key, self.clock() + delay)
+
+    def _drop(self, key: Key, reason: str) -> None:
+        selfmetrics.UPDATES_DROPPED.labels(reason).inc()
+        self._forget(key)
+
+    def _forget(self, key: Key) -> None:
+        self._written.pop(key, None)
+        self._last_start.pop(key, None)
+
+    def _on_trainjob(self, event: CacheEvent) -> None:
+        if event.new is None:
+            self._forget(event.key)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.trainjobs.add_listener(self._on_trainjob)
+        self._dispatcher = asyncio.create_task(self._dispatch(), name="status-writer")
+
+    async def stop(self, drain_seconds: float) -> None:
+        """Write what is pending (minimum intervals waived, retries kept) for at most
+        ``drain_seconds``, then stop; what is left is logged and counted."""
+        self._draining = True
+        for key in list(self._pending):
+            if key not in self._in_flight:
+                self._schedule.discard(key)
+                self._schedule.push(key, self.clock())
+        self._wake.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._settled.wait(), drain_seconds)
+        left = len(self._pending) + len(self._in_flight)
+        if left:
+            log.warning("shutdown left updates unwritten", extra={"trainjobs": left})
+            selfmetrics.UPDATES_DROPPED.labels("shutdown").inc(left)
+        tasks = [t for t in (self._dispatcher, *self._tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.trainjobs.remove_listener(self._on_trainjob)
+        self._dispatcher = None

@@ -90,6 +90,8 @@ async def server(
         kube_api_qps=1000.0,
         kube_api_burst=1000,
         shutdown_timeout=5.0,
+        # Each post is answered once written, so a test reads the TrainJob after a flush.
+        write_mode="direct",
     )
     async with StatusServer(config, AcceptAll()) as running:
         await running.trainjobs.synced.wait()

@@ -67,6 +67,8 @@ def config(devcluster: DevCluster, certs: ServingCerts) -> Config:
         kube_api_qps=1000.0,
         kube_api_burst=1000,
         shutdown_timeout=5.0,
+        # Tests write back to back; the coalescing tests set their own interval.
+        min_write_interval=0.0,
     )
 
 
@@ -111,6 +113,8 @@ class Poster:
             data,
             {"Authorization": "Bearer test"},
         )
+        # A post is answered once queued; tests look at the API after the write.
+        await self.server.writer.wait_idle()
         return code, parsed
 
 
@@ -123,3 +127,13 @@ async def poster(server: StatusServer, certs: ServingCerts) -> AsyncIterator[Pos
 
 def with_changes(config: Config, **changes: Any) -> Config:
     return replace(config, **changes)
+
+
+@pytest_asyncio.fixture
+async def direct_poster(config: Config, certs: ServingCerts) -> AsyncIterator[Poster]:
+    """A server in ``--write-mode direct``: one write per post, answered with its outcome."""
+    async with StatusServer(with_changes(config, write_mode="direct"), AcceptAll()) as running:
+        await running.trainjobs.synced.wait()
+        connector = aiohttp.TCPConnector(ssl=certs.client_context())
+        async with aiohttp.ClientSession(connector=connector) as session:
+            yield Poster(running, session)

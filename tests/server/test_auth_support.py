@@ -200,7 +200,9 @@ class Rig:
             headers=headers,
         ) as response:
             raw = await response.read()
-            return response.status, json.loads(raw), response
+        # An accepted post is answered once queued: look at the API after the write.
+        await self.server.writer.wait_idle()
+        return response.status, json.loads(raw), response
 
     async def refused(self, token: str | None, **kwargs: Any) -> tuple[int, str, str]:
         """Post; the answer's (code, reason) and the authentication failure reason

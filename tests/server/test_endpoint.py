@@ -275,6 +275,7 @@ async def test_no_content_type_is_required(
     ) as response:
         assert "Content-Type" not in response.request_info.headers
         assert response.status == 200
+    await server.writer.wait_idle()
     assert stored(devcluster)["status"]["trainerStatus"]["progressPercentage"] == 9
 
 
@@ -318,7 +319,7 @@ async def test_a_time_far_in_the_future_is_refused(
     ],
 )
 async def test_api_errors_map_to_status(
-    poster: Poster,
+    direct_poster: Poster,
     devcluster: DevCluster,
     trainjob: str,
     fault: int,
@@ -326,7 +327,7 @@ async def test_api_errors_map_to_status(
 ) -> None:
     before = rv(devcluster)
     devcluster.faults.fail(fault, times=None, verb="patch", resource="trainjobs/status")
-    code, body = await poster.post(
+    code, body = await direct_poster.post(
         trainjob, {"trainerStatus": {"progressPercentage": 1, "lastUpdatedTime": LUT}}
     )
     assert (code, status(body)) == (expected[2], expected)
@@ -334,29 +335,31 @@ async def test_api_errors_map_to_status(
 
 
 async def test_api_422_passes_the_api_servers_message_through(
-    poster: Poster, devcluster: DevCluster, trainjob: str
+    direct_poster: Poster, devcluster: DevCluster, trainjob: str
 ) -> None:
     message = 'TrainJob.trainer.kubeflow.org "tj" is invalid: status: Invalid value: "x": nope'
     devcluster.faults.fail(422, message=message, verb="patch", resource="trainjobs/status")
-    code, body = await poster.post(
+    code, body = await direct_poster.post(
         trainjob, {"trainerStatus": {"progressPercentage": 1, "lastUpdatedTime": LUT}}
     )
     assert (code, body["reason"], body["message"]) == (422, "Invalid", message)
 
 
 async def test_a_stalled_api_server_gives_503_within_the_timeout(
-    poster: Poster, devcluster: DevCluster, trainjob: str, server: StatusServer
+    direct_poster: Poster,
+    devcluster: DevCluster,
+    trainjob: str,
 ) -> None:
     devcluster.faults.stall(30, times=None, verb="patch", resource="trainjobs/status")
     loop = asyncio.get_running_loop()
     started = loop.time()
-    code, body = await poster.post(
+    code, body = await direct_poster.post(
         trainjob, {"trainerStatus": {"progressPercentage": 1, "lastUpdatedTime": LUT}}
     )
     assert (code, body["reason"]) == (503, "ServiceUnavailable")
     assert body["details"] == {"retryAfterSeconds": 1}
     # Bounded by the configured API timeout (2 s here), far from the 30 s stall.
-    assert loop.time() - started < server.config.kube_api_timeout + 3
+    assert loop.time() - started < direct_poster.server.config.kube_api_timeout + 3
 
 
 async def test_health_and_readiness_on_both_ports(poster: Poster, server: StatusServer) -> None:
@@ -403,3 +406,21 @@ async def test_a_request_id_that_could_forge_log_lines_is_replaced(
     ) as response:
         assert response.headers["X-Request-Id"] != 'a code=200 forged="1"'
         assert len(response.headers["X-Request-Id"]) == 16
+
+
+async def test_a_stalled_api_server_gives_503_for_an_unknown_trainjob(
+    poster: Poster, devcluster: DevCluster
+) -> None:
+    """Coalescing mode answers once the update is queued, but a TrainJob the cache has not
+    seen needs one GET: a stalled API server makes that a 503 within the timeout."""
+    devcluster.ensure_namespace(NS)
+    devcluster.faults.stall(30, times=None, verb="get", resource="trainjobs")
+    devcluster.faults.stall(30, times=None, verb="watch", resource="trainjobs")
+    devcluster.create_trainjob(NS, "unseen")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    code, body = await poster.post(
+        "unseen", {"trainerStatus": {"progressPercentage": 1, "lastUpdatedTime": LUT}}
+    )
+    assert (code, body["reason"]) == (503, "ServiceUnavailable")
+    assert loop.time() - started < poster.server.config.kube_api_timeout + 3

@@ -73,6 +73,7 @@ class Harness:
         self.connection.request("POST", status_path(NS, "tj"), body=body, headers=headers)
         response = self.connection.getresponse()
         raw = response.read()
+        self.run(self.server.writer.wait_idle())
         if response.getheader("Connection", "").lower() == "close":
             self.connection.close()
         return response.status, json.loads(raw)

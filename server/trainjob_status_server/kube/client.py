@@ -185,15 +185,20 @@ class KubeClient:
         *,
         field_manager: str = FIELD_MANAGER,
         force: bool = True,
+        resource_version: str | None = None,
     ) -> Obj:
         """Server-side apply of ``status.trainerStatus`` on the status subresource; returns
         the TrainJob as stored. The field manager owns trainerStatus as a whole, so a field
         left out of ``trainer_status`` is removed. A missing TrainJob is a 404 (apply to a
-        subresource never creates)."""
+        subresource never creates). With ``resource_version`` the write is conditional:
+        409 Conflict when the object changed since that version."""
+        metadata = {"name": name, "namespace": namespace}
+        if resource_version is not None:
+            metadata["resourceVersion"] = resource_version
         body = {
             "apiVersion": TRAINJOBS.api_version,
             "kind": TRAINJOBS.kind,
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": metadata,
             "status": {"trainerStatus": dict(trainer_status)},
         }
         query = [("fieldManager", field_manager)]

@@ -1,0 +1,126 @@
+"""The coalescing writer's decisions, as pure functions and plain data (no I/O, no clock).
+
+A TrainJob has at most one pending update: the newest by ``lastUpdatedTime`` (ties go to
+the later arrival). An update never overwrites a newer status already stored. Dirty
+TrainJobs are served in the order they became dirty, each no sooner than its own
+``ready_at`` (minimum interval between writes, or a retry delay).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .validation import TrainerStatus
+
+Key = tuple[str, str]
+
+
+@dataclass
+class Pending:
+    """The update waiting to be written for one TrainJob."""
+
+    update: TrainerStatus
+    accepted_at: float  # monotonic time the post carrying ``update`` was accepted
+    attempts: int = 0  # failed writes of this update so far
+
+
+def supersedes(incoming: TrainerStatus, held: TrainerStatus) -> bool:
+    """Whether ``incoming`` (arriving now) replaces ``held``: not older than it."""
+    return incoming.last_updated_time >= held.last_updated_time
+
+
+def stored_time(obj: dict[str, Any] | None) -> datetime | None:
+    """The ``lastUpdatedTime`` of a stored TrainJob's trainerStatus, if it has one."""
+    status = ((obj or {}).get("status") or {}).get("trainerStatus") or {}
+    text = status.get("lastUpdatedTime")
+    if not isinstance(text, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def is_stale(update: TrainerStatus, stored: dict[str, Any] | None) -> bool:
+    """Whether writing ``update`` would move the stored status back in time."""
+    held = stored_time(stored)
+    return held is not None and update.last_updated_time < held
+
+
+def newer_object(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The later of two states of one object, by resourceVersion (etcd revisions grow)."""
+    if a is None or b is None:
+        return a or b
+    rv_a = str((a.get("metadata") or {}).get("resourceVersion", ""))
+    rv_b = str((b.get("metadata") or {}).get("resourceVersion", ""))
+    if rv_a.isdigit() and rv_b.isdigit():
+        return a if int(rv_a) >= int(rv_b) else b
+    return b
+
+
+def retry_delay(attempts: int, retry_after: float | None, rand: float) -> float:
+    """Seconds before retrying a failed write: at least Retry-After, else capped exponential
+    backoff (0.5 s doubling to 30 s) with equal jitter."""
+    ceiling = min(30.0, 0.5 * 2.0 ** max(0, attempts - 1))
+    jittered = ceiling / 2 + rand * ceiling / 2
+    return max(jittered, min(retry_after or 0.0, 300.0))
+
+
+@dataclass(order=True)
+class _Slot:
+    ready_at: float
+    seq: int
+    key: Key = field(compare=False)
+
+
+class Schedule:
+    """Which dirty TrainJob to write next: the earliest ready, ties in dirtying order.
+
+    Entries are invalidated lazily: a key's live slot is the last one pushed for it.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[_Slot] = []
+        self._live: dict[Key, int] = {}
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self._live
+
+    def push(self, key: Key, ready_at: float) -> None:
+        """Schedule ``key`` at ``ready_at`` unless it is scheduled already: a newer update
+        for a dirty TrainJob keeps its place (and its minimum interval or retry delay)."""
+        if key in self._live:
+            return
+        seq = next(self._seq)
+        self._live[key] = seq
+        heapq.heappush(self._heap, _Slot(ready_at, seq, key))
+
+    def discard(self, key: Key) -> None:
+        self._live.pop(key, None)
+
+    def _prune(self) -> None:
+        while self._heap and self._live.get(self._heap[0].key) != self._heap[0].seq:
+            heapq.heappop(self._heap)
+
+    def pop_ready(self, now: float) -> Key | None:
+        """The next key whose time has come, removed from the schedule; None if none."""
+        self._prune()
+        if not self._heap or self._heap[0].ready_at > now:
+            return None
+        slot = heapq.heappop(self._heap)
+        del self._live[slot.key]
+        return slot.key
+
+    def next_time(self) -> float | None:
+        """When the earliest scheduled key becomes ready (None: nothing scheduled)."""
+        self._prune()
+        return self._heap[0].ready_at if self._heap else None

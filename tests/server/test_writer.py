@@ -1,0 +1,256 @@
+"""The coalescing writer against the devcluster: few writes for many posts, the newest
+status always wins, faults and deletions handled, and its pure decisions."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest_asyncio
+from prometheus_client import REGISTRY
+
+from trainjob_status_server.app import StatusServer
+from trainjob_status_server.auth.testing import AcceptAll
+from trainjob_status_server.coalescing import (
+    Schedule,
+    is_stale,
+    newer_object,
+    retry_delay,
+    stored_time,
+    supersedes,
+)
+from trainjob_status_server.config import Config
+from trainjob_status_server.devcluster import DevCluster
+from trainjob_status_server.validation import TrainerStatus
+
+from .conftest import GROUP, NS, Poster, ServingCerts, status_path, with_changes
+
+BASE = dt.datetime(2026, 12, 2, 18, 0, tzinfo=dt.UTC)
+
+
+def at(seconds: float) -> str:
+    return (BASE + dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def body(step: int) -> bytes:
+    return json.dumps(
+        {"trainerStatus": {"progressPercentage": step % 101, "lastUpdatedTime": at(step)}}
+    ).encode()
+
+
+def stored_status(devcluster: DevCluster, name: str = "tj") -> dict[str, Any]:
+    obj = devcluster.get("trainjobs", NS, name, GROUP)
+    assert obj is not None
+    return dict(obj["status"]["trainerStatus"])
+
+
+def counter(name: str, labels: dict[str, str] | None = None) -> float:
+    return REGISTRY.get_sample_value(name, labels or {}) or 0.0
+
+
+async def post_all(poster: Poster, name: str, steps: list[int], parallel: int = 32) -> None:
+    queue = list(steps)
+
+    async def worker() -> None:
+        while queue:
+            step = queue.pop(0)
+            code, answer, _ = await poster.request(
+                "POST", status_path(NS, name), body(step), {"Authorization": "Bearer t"}
+            )
+            assert code == 200, answer
+
+    await asyncio.gather(*(worker() for _ in range(parallel)))
+
+
+@pytest_asyncio.fixture
+async def coalescing(config: Config, certs: ServingCerts) -> AsyncIterator[Poster]:
+    """The server as deployed: coalescing, one write per TrainJob per second at most."""
+    async with StatusServer(with_changes(config, min_write_interval=1.0), AcceptAll()) as server:
+        await server.trainjobs.synced.wait()
+        connector = aiohttp.TCPConnector(ssl=certs.client_context(), limit=64)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            yield Poster(server, session)
+
+
+async def test_a_thousand_posts_make_a_handful_of_writes(
+    coalescing: Poster, devcluster: DevCluster
+) -> None:
+    devcluster.create_trainjob(NS, "tj")
+    devcluster.faults.reset_counts()
+    coalesced = counter("trainjob_status_updates_coalesced_total")
+    await post_all(coalescing, "tj", list(range(1, 1001)))
+    await coalescing.server.writer.wait_idle()
+    writes = devcluster.faults.count("patch", "trainjobs/status")
+    assert 1 <= writes <= 5, writes
+    assert stored_status(devcluster) == {
+        "progressPercentage": 1000 % 101,
+        "lastUpdatedTime": at(1000),
+    }
+    assert counter("trainjob_status_updates_coalesced_total") - coalesced >= 1000 - writes - 32
+
+
+async def test_posts_out_of_order_leave_the_newest(poster: Poster, devcluster: DevCluster) -> None:
+    devcluster.create_trainjob(NS, "tj")
+    steps = list(range(1, 201))
+    random.Random(7).shuffle(steps)
+    stale = counter("trainjob_status_updates_dropped_total", {"reason": "stale"})
+    for step in steps:
+        code, _, _ = await poster.request(
+            "POST", status_path(NS, "tj"), body(step), {"Authorization": "Bearer t"}
+        )
+        assert code == 200
+    await poster.server.writer.wait_idle()
+    assert stored_status(devcluster) == {
+        "progressPercentage": 200 % 101,
+        "lastUpdatedTime": at(200),
+    }
+    assert counter("trainjob_status_updates_dropped_total", {"reason": "stale"}) > stale
+    # An older post after the newest was written is dropped, not written.
+    devcluster.faults.reset_counts()
+    assert (await poster.post("tj", None, raw=body(3)))[0] == 200
+    assert devcluster.faults.count("patch", "trainjobs/status") == 0
+    assert stored_status(devcluster)["lastUpdatedTime"] == at(200)
+
+
+async def test_two_replicas_converge_on_the_newest(
+    config: Config, certs: ServingCerts, devcluster: DevCluster
+) -> None:
+    devcluster.create_trainjob(NS, "tj")
+    replicas = [
+        StatusServer(with_changes(config, min_write_interval=0.05), AcceptAll()) for _ in range(2)
+    ]
+    for replica in replicas:
+        await replica.start()
+        await replica.trainjobs.synced.wait()
+    try:
+        connector = aiohttp.TCPConnector(ssl=certs.client_context())
+        async with aiohttp.ClientSession(connector=connector) as session:
+            posters = [Poster(replica, session) for replica in replicas]
+            steps = list(range(1, 301))
+            random.Random(11).shuffle(steps)
+
+            async def feed(index: int) -> None:
+                for step in steps[index::2]:
+                    code, _, _ = await posters[index].request(
+                        "POST", status_path(NS, "tj"), body(step), {"Authorization": "Bearer t"}
+                    )
+                    assert code == 200
+
+            await asyncio.gather(feed(0), feed(1))
+            for replica in replicas:
+                await replica.writer.wait_idle()
+    finally:
+        for replica in replicas:
+            await replica.stop()
+    assert stored_status(devcluster)["lastUpdatedTime"] == at(300)
+
+
+async def test_faults_during_a_burst_still_end_on_the_newest(
+    poster: Poster, devcluster: DevCluster
+) -> None:
+    devcluster.create_trainjob(NS, "tj")
+    devcluster.faults.fail(500, times=3, verb="patch", resource="trainjobs/status")
+    devcluster.faults.fail(429, times=2, retry_after=1, verb="patch", resource="trainjobs/status")
+    devcluster.faults.stall(3.0, times=1, verb="patch", resource="trainjobs/status")
+    await post_all(poster, "tj", list(range(1, 101)), parallel=8)
+    async with asyncio.timeout(30):
+        await poster.server.writer.wait_idle()
+    assert stored_status(devcluster)["lastUpdatedTime"] == at(100)
+
+
+async def test_a_trainjob_deleted_while_pending_is_dropped_without_a_retry_storm(
+    config: Config, certs: ServingCerts, devcluster: DevCluster
+) -> None:
+    devcluster.create_trainjob(NS, "tj")
+    async with StatusServer(with_changes(config, min_write_interval=1.0), AcceptAll()) as server:
+        await server.trainjobs.synced.wait()
+        connector = aiohttp.TCPConnector(ssl=certs.client_context())
+        async with aiohttp.ClientSession(connector=connector) as session:
+            poster = Poster(server, session)
+            assert (await poster.post("tj", None, raw=body(1)))[0] == 200
+            # The next update waits for the minimum interval; the TrainJob goes meanwhile.
+            code, _, _ = await poster.request(
+                "POST", status_path(NS, "tj"), body(2), {"Authorization": "Bearer t"}
+            )
+            assert code == 200
+            devcluster.delete("trainjobs", NS, "tj", GROUP)
+            devcluster.faults.reset_counts()
+            not_found = counter("trainjob_status_updates_dropped_total", {"reason": "not_found"})
+            async with asyncio.timeout(10):
+                await server.writer.wait_idle()
+            assert (
+                counter("trainjob_status_updates_dropped_total", {"reason": "not_found"})
+                == not_found + 1
+            )
+            # At most one write and one look-up, never a loop of retries.
+            assert devcluster.faults.count("patch", "trainjobs/status") <= 1
+            assert devcluster.faults.count("get", "trainjobs") <= 1
+            assert devcluster.get("trainjobs", NS, "tj", GROUP) is None
+
+
+# -- the pure decisions ------------------------------------------------------------------------
+
+
+def update(seconds: float) -> TrainerStatus:
+    return TrainerStatus(None, None, None, BASE + dt.timedelta(seconds=seconds))
+
+
+def obj(rv: str, lut: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"metadata": {"resourceVersion": rv}}
+    if lut is not None:
+        out["status"] = {"trainerStatus": {"lastUpdatedTime": lut}}
+    return out
+
+
+def test_newest_wins_and_ties_go_to_the_later_arrival() -> None:
+    assert supersedes(update(2), update(1))
+    assert supersedes(update(1), update(1))
+    assert not supersedes(update(1), update(2))
+
+
+def test_stale_against_what_is_stored() -> None:
+    assert is_stale(update(1), obj("5", at(2)))
+    assert not is_stale(update(2), obj("5", at(2)))
+    assert not is_stale(update(1), obj("5"))
+    assert not is_stale(update(1), None)
+    assert stored_time(obj("5", "not a time")) is None
+    assert stored_time(obj("5", "2026-12-02T18:00:00")) is None  # no zone: not comparable
+
+
+def test_newer_object_by_resource_version() -> None:
+    a, b = obj("9"), obj("10")
+    assert newer_object(a, b) is b
+    assert newer_object(b, a) is b
+    assert newer_object(None, a) is a
+    assert newer_object(a, None) is a
+
+
+def test_retry_delay_backs_off_with_jitter_and_honours_retry_after() -> None:
+    assert retry_delay(1, None, 0.0) == 0.25
+    assert retry_delay(1, None, 1.0) == 0.5
+    assert retry_delay(4, None, 1.0) == 4.0
+    assert retry_delay(20, None, 1.0) == 30.0
+    assert retry_delay(1, 7, 0.0) == 7.0
+    assert retry_delay(1, 10_000, 0.0) == 300.0
+
+
+def test_schedule_serves_the_earliest_and_keeps_a_dirty_places() -> None:
+    schedule = Schedule()
+    schedule.push(("ns", "b"), 2.0)
+    schedule.push(("ns", "a"), 1.0)
+    schedule.push(("ns", "c"), 1.0)
+    schedule.push(("ns", "a"), 0.0)  # already scheduled: keeps its slot
+    assert len(schedule) == 3
+    assert schedule.pop_ready(0.5) is None
+    assert schedule.next_time() == 1.0
+    assert schedule.pop_ready(1.0) == ("ns", "a")
+    assert schedule.pop_ready(1.0) == ("ns", "c")
+    assert schedule.pop_ready(1.5) is None
+    schedule.discard(("ns", "b"))
+    assert schedule.next_time() is None
+    assert schedule.pop_ready(10.0) is None
