@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 
-import prometheus_client
 from aiohttp import web
 
 from . import errors
 from .auth import Authenticator, TokenAuthenticator
 from .config import Config
 from .endpoint import STATUS_PATH, StatusEndpoint
+from .exporter import Exporter
 from .kube.cache import WatchCache
 from .kube.client import KubeClient
 from .kube.errors import KubeUnavailable
@@ -40,6 +40,8 @@ class StatusServer:
             burst=config.kube_api_burst,
         )
         self.trainjobs = WatchCache(self.kube, TRAINJOBS)
+        # Gauges per TrainJob from this cache, the self-metrics, process metrics.
+        self.exporter = Exporter(self.trainjobs, max_series=config.max_exported_series)
         # The token authenticator has I/O (keys, pods) and a lifecycle; others have none.
         self.token_auth = authenticator if isinstance(authenticator, TokenAuthenticator) else None
         self.tls = _serving_tls(config)
@@ -80,11 +82,6 @@ class StatusServer:
             return web.Response(text="ok")
         return web.Response(status=503, text="not ready")
 
-    async def _metrics_page(self, request: web.Request) -> web.Response:
-        response = web.Response(body=prometheus_client.generate_latest(prometheus_client.REGISTRY))
-        response.headers["Content-Type"] = prometheus_client.CONTENT_TYPE_LATEST
-        return response
-
     # -- apps ------------------------------------------------------------------------
 
     def serving_app(self) -> web.Application:
@@ -96,7 +93,7 @@ class StatusServer:
 
     def metrics_app(self) -> web.Application:
         app = web.Application()
-        app.router.add_get("/metrics", self._metrics_page)
+        app.router.add_get("/metrics", self.exporter.handle)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         return app
@@ -120,9 +117,12 @@ class StatusServer:
             log.warning("serving plain HTTP (--insecure-http): tokens travel in clear")
         await self.kube.start()
         await self.trainjobs.start()
+        self.exporter.start()
         await self.writer.start()
         if self.token_auth is not None:
             await self.token_auth.start(self.kube)  # returns at once; `ready` follows
+            if self.token_auth.binding is not None:
+                self.exporter.add_cache(self.token_auth.binding.pods)
         if self.tls is not None:
             await self.tls.start()
         self._serving = web.AppRunner(
@@ -159,6 +159,7 @@ class StatusServer:
         await self.writer.stop(self.config.drain_timeout)
         if self._metrics is not None:
             await self._metrics.cleanup()
+        self.exporter.stop()
         if self.tls is not None:
             await self.tls.stop()
         if self.token_auth is not None:

@@ -39,6 +39,7 @@ class Config:
     write_mode: str = "coalesce"
     min_write_interval: float = 1.0
     drain_timeout: float = 10.0
+    max_exported_series: int = 100_000
     log_level: str = "info"
     log_format: str = "json"
     token_leeway: float = 60.0
@@ -85,6 +86,8 @@ class Config:
         for name in ("kube_api_timeout", "read_timeout", "idle_timeout", "shutdown_timeout"):
             if getattr(self, name) <= 0:
                 problems.append(f"--{name.replace('_', '-')} must be > 0")
+        if self.max_exported_series < 0:
+            problems.append("--max-exported-series must be >= 0 (0: no cap)")
         if self.max_connections < 1:
             problems.append("--max-connections must be >= 1")
         return problems + self.auth_settings().check()
@@ -136,6 +139,12 @@ _FLAGS = (
     ),
     _Flag("min_write_interval", float, "seconds between two status writes of one TrainJob"),
     _Flag("drain_timeout", float, "seconds pending updates get to be written on SIGTERM"),
+    _Flag(
+        "max_exported_series",
+        int,
+        "per-TrainJob series one scrape exports at most (0: no cap); trainjob_metric series "
+        "are dropped first, counted in trainjob_status_exported_series_dropped_total",
+    ),
     _Flag("log_level", str, "log level", ("debug", "info", "warning", "error")),
     _Flag("log_format", str, "log line format", ("json", "text")),
     _Flag("token_leeway", float, "seconds of clock skew allowed on token exp/nbf/iat"),

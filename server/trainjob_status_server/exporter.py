@@ -1,0 +1,277 @@
+"""The metrics page: gauges per TrainJob from the TrainJob watch, the server's own metrics
+and process metrics, as Prometheus text or OpenMetrics, whichever the scraper asks for.
+
+The TrainJob gauges are never pushed or set: a cache listener keeps, per TrainJob, the
+series ``series.series_of`` decides, and a scrape renders what is there at that moment.
+A deleted TrainJob, or a metric it no longer reports, is gone from the next scrape.
+
+Rendering: prometheus_client's generic renderer costs about 14 us per sample here (1.5 s
+for 10,000 TrainJobs with 10 metrics), so each TrainJob's sample lines are rendered once,
+when its watch event arrives, and a scrape joins them (``bench/exporter.py``). The
+server's own metrics go through prometheus_client as usual, and ``collector`` offers
+the same TrainJob series as a regular prometheus_client collector; a test holds the two
+paths to the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics import MetricWrapperBase
+
+from . import selfmetrics
+from .kube.cache import WatchCache
+from .kube.resources import Key, Obj, key_of
+from .kube.store import CacheEvent
+from .series import FAMILIES, METRIC, TrainJobSeries, allowance, newly_skipped, series_of
+
+DEFAULT_MAX_SERIES = 100_000
+"""Default of ``--max-exported-series``: every TrainJob's core series fit far beyond
+10,000 TrainJobs; beyond it the user metrics are dropped first."""
+
+OPENMETRICS = "application/openmetrics-text"
+_EOF = b"# EOF\n"
+_INDEX = {family.name: i for i, family in enumerate(FAMILIES)}
+_METRIC_INDEX = _INDEX[METRIC]
+_HEADERS = tuple(f"# HELP {f.name} {f.help}\n# TYPE {f.name} gauge\n".encode() for f in FAMILIES)
+
+
+def server_registry() -> CollectorRegistry:
+    """A registry of its own for one server: process, platform and GC metrics and every
+    metric in ``selfmetrics``.
+
+    The self-metrics are module-level objects registered in prometheus_client's default
+    registry too; a metric may sit in several registries, so each server's page shows
+    them without touching global state (their values are per process, which in
+    production is one server).
+    """
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    for metric in vars(selfmetrics).values():
+        if isinstance(metric, MetricWrapperBase):
+            registry.register(metric)
+    return registry
+
+
+def encode(registry: CollectorRegistry, accept: str | None, tail: bytes = b"") -> tuple[bytes, str]:
+    """``registry`` in the format ``accept`` asks for (Prometheus text by default), with
+    ``tail`` (sample families already rendered) appended before OpenMetrics' ``# EOF``;
+    returns the body and its Content-Type."""
+    encoder, content_type = choose_encoder(accept or "")
+    body = encoder(registry)
+    if not content_type.startswith(OPENMETRICS):
+        return body + tail, content_type
+    if not body.endswith(_EOF):
+        raise ValueError("OpenMetrics exposition without # EOF")
+    return body[: -len(_EOF)] + tail + _EOF, content_type
+
+
+# -- one TrainJob, rendered ---------------------------------------------------------------
+
+
+def escape_label_value(text: str) -> str:
+    """A label value as both text formats quote it."""
+    return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def format_value(value: float) -> str:
+    """A finite sample value as prometheus_client writes it (Go's exponent rule)."""
+    text = repr(float(value))
+    dot = text.find(".")
+    if value > 0 and dot > 6:
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedSeries:
+    """A TrainJob's series and their sample lines (labels sorted, as prometheus_client
+    writes them, so the two rendering paths agree byte for byte)."""
+
+    series: TrainJobSeries
+    core: tuple[tuple[int, bytes], ...]  # (family index, line) in series.core order
+    metrics: tuple[bytes, ...]
+    metrics_joined: bytes
+
+    @classmethod
+    def of(cls, series: TrainJobSeries) -> RenderedSeries:
+        labels = (
+            f'namespace="{escape_label_value(series.namespace)}",'
+            f'trainjob="{escape_label_value(series.trainjob)}"'
+        )
+        core = tuple(
+            (_INDEX[family], f"{family}{{{labels}}} {format_value(value)}\n".encode())
+            for family, value in series.core
+        )
+        metrics = tuple(
+            f'{METRIC}{{name="{escape_label_value(name)}",{labels}}} {format_value(value)}\n'
+            for name, value in series.metrics
+        )
+        encoded = tuple(line.encode() for line in metrics)
+        return cls(series, core, encoded, b"".join(encoded))
+
+
+def exposition(selection: Iterable[tuple[RenderedSeries, int, int]]) -> bytes:
+    """The four per-TrainJob families (HELP, TYPE, samples; the same text in both
+    formats) from (TrainJob, core series kept, metric series kept)."""
+    lines: list[list[bytes]] = [[] for _ in FAMILIES]
+    for rendered, core, metrics in selection:
+        for index, line in rendered.core[:core]:
+            lines[index].append(line)
+        if metrics == len(rendered.metrics):
+            lines[_METRIC_INDEX].append(rendered.metrics_joined)
+        else:
+            lines[_METRIC_INDEX].extend(rendered.metrics[:metrics])
+    return b"".join(header + b"".join(part) for header, part in zip(_HEADERS, lines, strict=True))
+
+
+# -- the exporter ---------------------------------------------------------------------------
+
+
+class Exporter:
+    """The metrics of one server: ``start()`` after the TrainJob cache has started,
+    ``render()`` (or ``handle`` as the aiohttp route) per scrape, ``stop()`` on shutdown.
+
+    ``max_series`` caps the per-TrainJob series of a scrape (0: no cap); what is over it
+    is counted in ``trainjob_status_exported_series_dropped_total`` at every scrape that
+    leaves it out, so the counter rises for as long as the cap bites. ``caches`` are
+    other list+watch caches whose size is exported beside the TrainJob cache's.
+    """
+
+    def __init__(
+        self,
+        trainjobs: WatchCache,
+        *,
+        max_series: int = DEFAULT_MAX_SERIES,
+        registry: CollectorRegistry | None = None,
+        caches: Sequence[WatchCache] = (),
+    ) -> None:
+        if max_series < 0:
+            raise ValueError("max_series must be >= 0")
+        self.trainjobs = trainjobs
+        self.max_series = max_series
+        self.registry = server_registry() if registry is None else registry
+        self.caches = [trainjobs, *caches]
+        self.collector = TrainJobCollector(self)
+        self._rendered: dict[Key, RenderedSeries] = {}
+        self._total = 0
+        self._listening = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Follow the TrainJob cache: what it holds now, then every change."""
+        if self._listening:
+            return
+        self.trainjobs.add_listener(self._on_event)
+        self._listening = True
+        for obj in self.trainjobs.list():
+            self._update(key_of(obj), obj)
+
+    def stop(self) -> None:
+        """Stop following the cache and forget its series."""
+        if self._listening:
+            self.trainjobs.remove_listener(self._on_event)
+            self._listening = False
+        self._rendered.clear()
+        self._total = 0
+
+    def add_cache(self, cache: WatchCache) -> None:
+        """Export ``cache``'s size too (a cache built after the exporter, such as the
+        token authenticator's pod cache)."""
+        if cache not in self.caches:
+            self.caches.append(cache)
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def series_count(self) -> int:
+        """Per-TrainJob series there are now, before the cap."""
+        return self._total
+
+    def _on_event(self, event: CacheEvent) -> None:
+        self._update(event.key, event.new)
+
+    def _update(self, key: Key, obj: Obj | None) -> None:
+        new = series_of(obj) if obj is not None else None
+        old = self._rendered.pop(key, None)
+        if old is not None:
+            self._total -= old.series.count
+        skipped = newly_skipped(old.series if old is not None else None, new)
+        if skipped:
+            selfmetrics.METRIC_VALUES_SKIPPED.inc(skipped)
+        if new is not None:
+            self._rendered[key] = RenderedSeries.of(new)
+            self._total += new.count
+
+    def selection(self) -> Iterator[tuple[RenderedSeries, int, int]]:
+        """(TrainJob, core series kept, metric series kept) for one scrape; counts what
+        the cap drops."""
+        if self.max_series == 0 or self._total <= self.max_series:
+            for rendered in self._rendered.values():
+                yield rendered, len(rendered.core), len(rendered.metrics)
+            return
+        # Over the cap: a stable order, so the same series stay exported scrape after
+        # scrape instead of flapping with the cache's insertion order.
+        ordered = [self._rendered[key] for key in sorted(self._rendered)]
+        kept, dropped = allowance([(len(r.core), len(r.metrics)) for r in ordered], self.max_series)
+        selfmetrics.EXPORTED_SERIES_DROPPED.inc(dropped)
+        for rendered, (core, metrics) in zip(ordered, kept, strict=True):
+            yield rendered, core, metrics
+
+    # -- rendering --------------------------------------------------------------------------
+
+    def trainjob_exposition(self) -> bytes:
+        """The per-TrainJob families of one scrape, as sample text."""
+        return exposition(self.selection())
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The whole page for a scraper's Accept header: (body, Content-Type)."""
+        for cache in self.caches:
+            selfmetrics.CACHE_OBJECTS.labels(cache.resource.plural).set(len(cache))
+        # Before the registry is encoded, so this scrape's drops are in this page.
+        tail = self.trainjob_exposition()
+        return encode(self.registry, accept, tail)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """``GET /metrics``: compressed when the scraper accepts it (Prometheus does; the
+        page shrinks some 15 times, and aiohttp compresses a body this size off the
+        event loop)."""
+        body, content_type = self.render(request.headers.get("Accept"))
+        response = web.Response(body=body, headers={"Content-Type": content_type})
+        response.enable_compression()
+        return response
+
+
+class TrainJobCollector:
+    """The exporter's TrainJob series as a prometheus_client collector (same selection,
+    same cap), for code that renders or inspects a registry the generic way."""
+
+    def __init__(self, exporter: Exporter) -> None:
+        self.exporter = exporter
+
+    def describe(self) -> Iterable[Metric]:
+        return [GaugeMetricFamily(f.name, f.help, labels=f.labels) for f in FAMILIES]
+
+    def collect(self) -> Iterable[Metric]:
+        families = [GaugeMetricFamily(f.name, f.help, labels=f.labels) for f in FAMILIES]
+        for rendered, core, metrics in self.exporter.selection():
+            series = rendered.series
+            for family, value in series.core[:core]:
+                families[_INDEX[family]].add_metric([series.namespace, series.trainjob], value)
+            for name, value in series.metrics[:metrics]:
+                families[_METRIC_INDEX].add_metric([series.namespace, series.trainjob, name], value)
+        return families

@@ -1,0 +1,238 @@
+"""``kubectl trainjob progress``: flags, the user's kubeconfig, one list or a watch."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TextIO
+
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+from rich.live import Live
+
+from ..kube.cache import WatchCache
+from ..kube.client import KubeClient
+from ..kube.errors import KubeConfigError, KubeError, KubeUnavailable
+from ..kube.resources import TRAINJOBS
+from ..kube.store import CacheEvent
+from .output import View, selected
+from .rows import Row, row_of
+
+REFRESH_SECONDS = 1.0  # a terminal table redraws this often so the ages move on
+USER_AGENT = "kubectl-trainjob"
+
+
+class UserKubeClient(KubeClient):
+    """A KubeClient from a kubeconfig context (KubeClient itself reads the current
+    context, or the pod's service account when given no file)."""
+
+    def __init__(self, configuration: Any) -> None:
+        super().__init__(None, qps=50.0, burst=100, timeout=30.0, connect_timeout=10.0)
+        self.configuration = configuration
+
+    async def start(self) -> KubeClient:
+        api = k8s_client.ApiClient(self.configuration)
+        api.user_agent = USER_AGENT
+        self._api = api
+        return self
+
+
+def kubeconfig_file(flag: str | None, environ: Mapping[str, str]) -> str | None:
+    """The kubeconfig kubectl would read: ``--kubeconfig``, else ``KUBECONFIG`` (files
+    joined with ":" are merged), else ``~/.kube/config``; None (the pod's service
+    account) when there is none of them and we run in a pod."""
+    if flag:
+        return flag
+    if environ.get("KUBECONFIG"):
+        return environ["KUBECONFIG"]
+    default = os.path.expanduser("~/.kube/config")
+    if not os.path.exists(default) and environ.get("KUBERNETES_SERVICE_HOST"):
+        return None
+    return default
+
+
+async def load_user_config(kubeconfig: str | None, context: str | None) -> tuple[Any, str]:
+    """(client configuration, the context's namespace or ``default``) from a kubeconfig
+    (``kubeconfig_file``), or from the pod's service account when it is None."""
+    configuration = k8s_client.Configuration()
+    try:
+        if kubeconfig is None:
+            incluster: Callable[..., None] = k8s_config.load_incluster_config
+            incluster(client_configuration=configuration)
+            return configuration, _incluster_namespace()
+        loader = await k8s_config.load_kube_config(
+            config_file=kubeconfig,
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    except Exception as exc:
+        # The loaders raise whatever a bad file leads to (ConfigException, OSError, ...).
+        raise KubeConfigError(f"cannot load kubeconfig: {exc}") from exc
+    current = loader.current_context or {}
+    namespace = (current.get("context") or {}).get("namespace") or "default"
+    return configuration, str(namespace)
+
+
+def _incluster_namespace() -> str:
+    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    try:
+        with open(path) as file:
+            return file.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+async def progress(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    configuration, context_namespace = await load_user_config(args.kubeconfig_file, args.context)
+    namespace = None if args.all_namespaces else (args.namespace or context_namespace)
+    view = View(args, out, time.time)
+    async with UserKubeClient(configuration) as client:
+        # With -w too: a refusal (RBAC, no such resource) ends the command at once with
+        # the API's message, where the watch cache would only retry.
+        listed = await client.list(TRAINJOBS, namespace=namespace)
+        rows = selected((row_of(obj) for obj in listed.items), args.names)
+        if not args.watch:
+            if not rows and view.output is None:
+                where = "" if namespace is None else f" in {namespace} namespace"
+                err.write(f"No resources found{where}.\n")
+                return 0
+            view.snapshot(rows)
+            return 0
+        await watch(client, namespace, args.names, view)
+    return 0
+
+
+async def watch(
+    client: KubeClient, namespace: str | None, names: Sequence[str], view: View
+) -> None:
+    """Follow the TrainJobs until interrupted; redraw (or print events) on each change."""
+    cache = WatchCache(client, TRAINJOBS, namespace=namespace)
+    pending: list[CacheEvent] = []
+    changed = asyncio.Event()
+
+    def heard(event: CacheEvent) -> None:
+        if not names or event.key[1] in names:
+            pending.append(event)
+            changed.set()
+
+    cache.add_listener(heard)
+    await cache.start()
+    live = Live(console=view.console, auto_refresh=False) if view.interactive else None
+    try:
+        with live if live is not None else contextlib.nullcontext():
+            view.live = live
+            await cache.wait_synced()
+
+            def rows() -> list[Row]:
+                return selected(map(row_of, cache.list()), names)
+
+            # The first list arrives as one ADDED event per TrainJob: one table (or
+            # one document each), then changes only.
+            initial = _drain(pending)
+            changed.clear()
+            if view.output is None:
+                view.snapshot(rows())
+            else:
+                for event in initial:
+                    _print_event(view, event)
+            while True:
+                timeout = REFRESH_SECONDS if live is not None else None
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await changed.wait()
+                changed.clear()
+                events = _drain(pending)
+                if view.output is None:
+                    if events or live is not None:
+                        view.snapshot(rows())
+                else:
+                    for event in events:
+                        _print_event(view, event)
+    finally:
+        view.live = None
+        await cache.stop()
+
+
+def _drain(pending: list[CacheEvent]) -> list[CacheEvent]:
+    events = list(pending)
+    pending.clear()
+    return events
+
+
+def _print_event(view: View, event: CacheEvent) -> None:
+    obj = event.new if event.new is not None else event.old
+    if obj is not None:
+        view.event(event.type, row_of(obj))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kubectl trainjob",
+        description="Kubeflow Trainer TrainJobs at a glance (a kubectl plugin).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    cmd = commands.add_parser(
+        "progress",
+        help="progress, ETA, last update and metrics of TrainJobs",
+        description=(
+            "Show each TrainJob's status.trainerStatus: a progress bar, the estimated time "
+            "remaining, how long ago its trainer last reported, and the metrics chosen with "
+            "--metric. TrainJobs that have not reported show '-'."
+        ),
+    )
+    cmd.add_argument("names", nargs="*", metavar="NAME", help="only these TrainJobs")
+    scope = cmd.add_mutually_exclusive_group()
+    scope.add_argument(
+        "-n", "--namespace", help="namespace (default: the context's, else 'default')"
+    )
+    scope.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="TrainJobs of every namespace"
+    )
+    cmd.add_argument(
+        "-w", "--watch", action="store_true", help="keep watching; redraw on every change"
+    )
+    cmd.add_argument(
+        "--metric",
+        action="append",
+        metavar="NAME",
+        help="a metric to show as a column (repeat, or separate with commas)",
+    )
+    cmd.add_argument(
+        "-o",
+        "--output",
+        choices=("json", "yaml"),
+        help="print JSON or YAML instead of the table (with -w: one document per change)",
+    )
+    cmd.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG, ~/.kube/config)")
+    cmd.add_argument("--context", help="kubeconfig context (default: the current context)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="kubectl-trainjob: %(message)s")
+    args.kubeconfig_file = kubeconfig_file(args.kubeconfig, os.environ)
+    try:
+        return asyncio.run(progress(args, sys.stdout, sys.stderr))
+    except KeyboardInterrupt:
+        return 130
+    except KubeConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+    except KubeError as exc:
+        if exc.status == 404:  # a list answers 404 only when the resource type is missing
+            print('error: the server doesn\'t have a resource type "trainjobs"', file=sys.stderr)
+        else:
+            print(f"Error from server ({exc.reason}): {exc.message}", file=sys.stderr)
+    except KubeUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+    except BrokenPipeError:
+        # `kubectl trainjob progress | head`: the reader has gone; so do we.
+        sys.stderr.close()
+    return 1

@@ -1,0 +1,222 @@
+"""Which Prometheus series a TrainJob yields, and which of them fit under the cap (pure: no
+I/O, no clock, no registry).
+
+The exporter calls ``series_of`` on every watch event and renders the result at scrape
+time; the kubectl plugin reads its figures through ``parse_time``. User metric names
+are only ever label values (``trainjob_metric{name="..."}``), never metric names.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+PROGRESS = "trainjob_progress_ratio"
+ESTIMATED_REMAINING = "trainjob_estimated_remaining_seconds"
+LAST_UPDATE = "trainjob_last_update_timestamp_seconds"
+METRIC = "trainjob_metric"
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    help: str
+    labels: tuple[str, ...]
+
+
+FAMILIES = (
+    Family(
+        PROGRESS,
+        "Training progress of the TrainJob from 0 to 1: status.trainerStatus.progressPercentage"
+        " / 100.",
+        ("namespace", "trainjob"),
+    ),
+    Family(
+        ESTIMATED_REMAINING,
+        "Seconds of training the TrainJob expects to have left: "
+        "status.trainerStatus.estimatedRemainingSeconds.",
+        ("namespace", "trainjob"),
+    ),
+    Family(
+        LAST_UPDATE,
+        "When the TrainJob's trainer last reported, in Unix seconds: "
+        "status.trainerStatus.lastUpdatedTime.",
+        ("namespace", "trainjob"),
+    ),
+    Family(
+        METRIC,
+        "A training metric the TrainJob reports in status.trainerStatus.metrics, by name; "
+        "only values that are finite numbers.",
+        ("namespace", "trainjob", "name"),
+    ),
+)
+"""In the order they are rendered; ``metrics`` of a TrainJobSeries go to the last one."""
+
+# Priority under the cap, most important first: the staleness alert needs the last
+# update, the dashboards progress, then the ETA.
+CORE = (LAST_UPDATE, PROGRESS, ESTIMATED_REMAINING)
+
+# A decimal number as people and Python's str(float) write it. Stricter than float():
+# no surrounding whitespace, no "1_000", no "infinity" (NaN and infinities are not
+# exported anyway).
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class TrainJobSeries:
+    """What one TrainJob with a trainerStatus exports.
+
+    ``core`` holds (family name, value) in ``CORE`` order, for the fields that are set;
+    ``metrics`` (metric name, value) in the order reported, each name once; ``skipped``
+    the (name, value) pairs left out because the value is not a finite number.
+    """
+
+    namespace: str
+    trainjob: str
+    core: tuple[tuple[str, float], ...] = ()
+    metrics: tuple[tuple[str, float], ...] = ()
+    skipped: frozenset[tuple[str, str]] = frozenset()
+
+    @property
+    def count(self) -> int:
+        """Series this TrainJob yields."""
+        return len(self.core) + len(self.metrics)
+
+
+def series_of(trainjob: Mapping[str, Any]) -> TrainJobSeries | None:
+    """The series of a TrainJob object; None when it has no ``status.trainerStatus``.
+
+    Fields that are missing or of the wrong type yield no series (status written by a
+    writer other than us passed the CRD's schema, but nothing here trusts that).
+    """
+    status = trainjob.get("status")
+    trainer = status.get("trainerStatus") if isinstance(status, dict) else None
+    if not isinstance(trainer, dict):
+        return None
+    meta = trainjob.get("metadata") or {}
+    fields: dict[str, float] = {}
+    stamp = trainer.get("lastUpdatedTime")
+    if isinstance(stamp, str) and (seconds := parse_time(stamp)) is not None:
+        fields[LAST_UPDATE] = seconds
+    progress = _integer(trainer.get("progressPercentage"))
+    if progress is not None:
+        fields[PROGRESS] = progress / 100
+    remaining = _integer(trainer.get("estimatedRemainingSeconds"))
+    if remaining is not None:
+        fields[ESTIMATED_REMAINING] = float(remaining)
+    metrics, skipped = _metrics(trainer.get("metrics"))
+    return TrainJobSeries(
+        namespace=_text(str(meta.get("namespace") or "")),
+        trainjob=_text(str(meta.get("name") or "")),
+        core=tuple((family, fields[family]) for family in CORE if family in fields),
+        metrics=metrics,
+        skipped=skipped,
+    )
+
+
+def _metrics(
+    items: Any,
+) -> tuple[tuple[tuple[str, float], ...], frozenset[tuple[str, str]]]:
+    if not isinstance(items, list):
+        return (), frozenset()
+    # A name reported twice would give two samples with the same labels, which
+    # Prometheus rejects: the last one reported wins, as in a JSON object.
+    latest: dict[str, str] = {}
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        name, value = item.get("name"), item.get("value")
+        if isinstance(name, str) and name and isinstance(value, str):
+            latest.pop(name, None)  # the last occurrence also decides the position
+            latest[name] = value
+    exported: list[tuple[str, float]] = []
+    skipped: set[tuple[str, str]] = set()
+    for name, value in latest.items():
+        number = parse_number(value)
+        if number is None:
+            skipped.add((name, value))
+        else:
+            exported.append((_text(name), number))
+    return tuple(exported), frozenset(skipped)
+
+
+def parse_number(text: str) -> float | None:
+    """The value of a metric if it is a finite decimal number, else None."""
+    if _NUMBER.match(text) is None:
+        return None
+    number = float(text)
+    return number if math.isfinite(number) else None  # "1e999" overflows to inf
+
+
+def parse_time(text: str) -> float | None:
+    """Unix seconds of an RFC 3339 date-time (fraction digits past 6 dropped; no offset
+    read as UTC); None if it does not parse."""
+    try:
+        stamp = datetime.fromisoformat(text.upper())
+    except ValueError:
+        return None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    try:
+        return stamp.timestamp()
+    except (OverflowError, ValueError):
+        return None
+
+
+def newly_skipped(old: TrainJobSeries | None, new: TrainJobSeries | None) -> int:
+    """How many non-numeric (name, value) pairs ``new`` has that ``old`` had not.
+
+    The skip counter counts these on each change of a TrainJob, so a value that stays
+    non-numeric across updates and scrapes is counted once, and a new one once more.
+    """
+    if new is None or not new.skipped:
+        return 0
+    if old is None:
+        return len(new.skipped)
+    return len(new.skipped - old.skipped)
+
+
+def allowance(counts: Sequence[tuple[int, int]], cap: int) -> tuple[list[tuple[int, int]], int]:
+    """Given (core, metric) series counts per TrainJob in a stable order, how many of
+    each are exported under ``cap`` (0: no cap), and how many are dropped in all.
+
+    The core series of every TrainJob come before any ``trainjob_metric`` series:
+    progress and staleness stay visible for every job, and the user metrics, where
+    the cardinality is, go first. Within each pass, earlier TrainJobs come first.
+    """
+    total = sum(core + metrics for core, metrics in counts)
+    if cap <= 0 or total <= cap:
+        return list(counts), 0
+    budget = cap
+    cores = []
+    for core, _ in counts:
+        kept = min(core, budget)
+        cores.append(kept)
+        budget -= kept
+    kept_counts = []
+    for kept_core, (_, metrics) in zip(cores, counts, strict=True):
+        kept = min(metrics, budget)
+        kept_counts.append((kept_core, kept))
+        budget -= kept
+    return kept_counts, total - cap
+
+
+def _integer(value: Any) -> int | None:
+    # JSON integers only: True is an int to Python, and 42.0 not a CRD integer.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def _text(text: str) -> str:
+    """``text`` as valid UTF-8: Python's JSON decoder lets lone surrogates through, and
+    one of them would make every scrape fail to encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text

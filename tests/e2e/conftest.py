@@ -1,0 +1,252 @@
+"""End-to-end pieces: external binaries (a missing one skips locally and fails in CI), a
+status server with the exporter on a metrics port, and a real Prometheus scraping it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import socket
+import ssl
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+import yaml
+from aiohttp import web
+from cryptography.hazmat.primitives.serialization import Encoding
+
+from trainjob_status_server.app import StatusServer
+from trainjob_status_server.auth.testing import AcceptAll
+from trainjob_status_server.config import Config
+from trainjob_status_server.devcluster import DevCluster
+from trainjob_status_server.devcluster.pki import CertificateAuthority
+from trainjob_status_server.exporter import Exporter
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = ROOT / "manifests" / "prometheus"
+RULES = MANIFESTS / "rules" / "trainjob-status.rules.yaml"
+DASHBOARD = MANIFESTS / "dashboards" / "trainjob-status.json"
+JOB = "trainjob-status"  # the scrape job's name, as the ServiceMonitor makes it
+
+
+def require_binary(name: str) -> str:
+    """The binary's path; skips the test when it is missing, unless CI
+    (TRAINJOB_STATUS_CI=1) runs it: there a missing binary fails the test."""
+    path = shutil.which(name)
+    if path is not None:
+        return path
+    if os.environ.get("TRAINJOB_STATUS_CI") == "1":
+        pytest.fail(f"{name} is not installed (CI installs it: apt-get install -y prometheus)")
+    pytest.skip(f"{name} is not installed (apt-get install -y prometheus)")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def eventually(check: Callable[[], Any], what: str = "", within: float = 20.0) -> Any:
+    """Await ``check()`` (a coroutine function) until it returns something truthy."""
+    try:
+        async with asyncio.timeout(within):
+            while True:
+                result = await check()
+                if result:
+                    return result
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what or check}") from None
+
+
+class Stack:
+    """A status server (accept-all auth, HTTPS) and the exporter over its TrainJob cache on
+    a plain-HTTP port of its own: the target Prometheus scrapes."""
+
+    def __init__(self, server: StatusServer, exporter: Exporter, metrics_url: str) -> None:
+        self.server = server
+        self.exporter = exporter
+        self.metrics_url = metrics_url
+        self.session: aiohttp.ClientSession | None = None
+
+    @property
+    def target(self) -> str:
+        return self.metrics_url.removeprefix("http://").removesuffix("/metrics")
+
+    async def post(self, namespace: str, name: str, trainer_status: dict[str, Any]) -> None:
+        assert self.session is not None
+        url = (
+            f"{self.server.url}/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}"
+            f"/trainjobs/{name}/status"
+        )
+        body = json.dumps({"trainerStatus": trainer_status})
+        headers = {"Authorization": "Bearer e2e"}
+        async with self.session.post(url, data=body, headers=headers) as response:
+            assert response.status == 200, await response.text()
+
+
+@pytest_asyncio.fixture
+async def stack(devcluster: DevCluster, tmp_path: Path) -> AsyncIterator[Stack]:
+    ca = CertificateAuthority()
+    cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    config = Config(
+        host="127.0.0.1",
+        port=0,
+        metrics_port=0,
+        tls_cert_file=tmp_path / "tls.crt",
+        tls_key_file=tmp_path / "tls.key",
+        kubeconfig=devcluster.kubeconfig_path,
+        kube_api_qps=1000.0,
+        kube_api_burst=1000,
+        min_write_interval=0.0,
+    )
+    async with StatusServer(config, AcceptAll()) as server:
+        await server.trainjobs.synced.wait()
+        pem = ca.certificate.public_bytes(Encoding.PEM).decode()
+        connector = aiohttp.TCPConnector(ssl=ssl.create_default_context(cadata=pem))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            wired = getattr(server, "exporter", None)
+            if isinstance(wired, Exporter):
+                # The server serves the exporter on its metrics port: scrape that.
+                stack = Stack(server, wired, server.metrics_url + "/metrics")
+                stack.session = session
+                yield stack
+                return
+            # Until app.py wires it: the exporter over the server's cache, on a port of
+            # its own.
+            exporter = Exporter(server.trainjobs)
+            exporter.start()
+            app = web.Application()
+            app.router.add_get("/metrics", exporter.handle)
+            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            port = runner.addresses[0][1]
+            stack = Stack(server, exporter, f"http://127.0.0.1:{port}/metrics")
+            stack.session = session
+            try:
+                yield stack
+            finally:
+                await runner.cleanup()
+                exporter.stop()
+
+
+class Prometheus:
+    """A real Prometheus process and its HTTP API."""
+
+    def __init__(self, binary: str, workdir: Path) -> None:
+        self.binary = binary
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = workdir / "prometheus.log"
+        self._proc: asyncio.subprocess.Process | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self, target: str, rule_groups: dict[str, Any] | None = None) -> None:
+        """Scrape ``target`` (host:port) every second as job trainjob-status, evaluating
+        ``rule_groups`` (a rule file's content) every second."""
+        config: dict[str, Any] = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": [target]}]}],
+        }
+        if rule_groups is not None:
+            rules = self.workdir / "rules.yaml"
+            rules.write_text(yaml.safe_dump(rule_groups, sort_keys=False))
+            config["rule_files"] = [str(rules)]
+        config_file = self.workdir / "prometheus.yml"
+        config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+        with self.log.open("wb") as log:
+            self._proc = await asyncio.create_subprocess_exec(
+                self.binary,
+                f"--config.file={config_file}",
+                f"--storage.tsdb.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+                stdout=log,
+                stderr=log,
+            )
+        self._session = aiohttp.ClientSession()
+        try:
+            await eventually(self._ready, what="prometheus to start")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.logs()}") from None
+
+    async def stop(self) -> None:
+        if self._proc is not None and self._proc.returncode is None:
+            self._proc.terminate()
+            try:
+                await asyncio.wait_for(self._proc.wait(), 10)
+            except TimeoutError:
+                self._proc.kill()
+                await self._proc.wait()
+        if self._session is not None:
+            await self._session.close()
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    async def _ready(self) -> bool:
+        assert self._session is not None
+        assert self._proc is not None
+        if self._proc.returncode is not None:
+            raise AssertionError(f"prometheus exited:\n{self.logs()}")
+        with contextlib.suppress(aiohttp.ClientError):
+            async with self._session.get(self.url + "/-/ready") as response:
+                return response.status == 200
+        return False
+
+    async def api(self, path: str, **params: str) -> Any:
+        """``data`` of a successful API answer; anything else fails the test."""
+        assert self._session is not None
+        async with self._session.get(self.url + "/api/v1/" + path, params=params) as response:
+            body = await response.json()
+        assert body.get("status") == "success", (path, params, body)
+        return body["data"]
+
+    async def query(self, expr: str) -> list[dict[str, Any]]:
+        """An instant query's vector (label sets with values), or a scalar as one sample."""
+        data = await self.api("query", query=expr)
+        if data["resultType"] == "vector":
+            return [
+                {"labels": item["metric"], "value": float(item["value"][1])}
+                for item in data["result"]
+            ]
+        if data["resultType"] == "scalar":
+            return [{"labels": {}, "value": float(data["result"][1])}]
+        raise AssertionError(f"unexpected result type {data['resultType']} for {expr}")
+
+
+@pytest.fixture
+def prometheus_binary() -> str:
+    return require_binary("prometheus")
+
+
+@pytest.fixture
+def promtool_binary() -> str:
+    return require_binary("promtool")
+
+
+@pytest_asyncio.fixture
+async def prometheus(prometheus_binary: str, tmp_path: Path) -> AsyncIterator[Prometheus]:
+    workdir = tmp_path / "prometheus"
+    workdir.mkdir()
+    running = Prometheus(prometheus_binary, workdir)
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+def load_rules() -> dict[str, Any]:
+    rules: dict[str, Any] = yaml.safe_load(RULES.read_text())
+    return rules

@@ -1,0 +1,459 @@
+"""``kubectl trainjob progress``: its pure formatting, then the real kubectl binary running
+the plugin from PATH against the devcluster (table, -A, names, -o json|yaml, --context,
+--kubeconfig, -w redraws and watch events, errors)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import io
+import json
+import os
+import shutil
+import signal
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import yaml
+from rich.console import Console
+
+from trainjob_status_server.devcluster import DevCluster
+from trainjob_status_server.kube import KubeClient
+from trainjob_status_server.kubectl_trainjob.command import kubeconfig_file
+from trainjob_status_server.kubectl_trainjob.rows import (
+    Row,
+    chosen_metrics,
+    document,
+    human_duration,
+    progress_bar,
+    row_of,
+    table,
+    updated_text,
+)
+
+GROUP = "trainer.kubeflow.org"
+NOW = dt.datetime(2026, 12, 2, 18, 33, 25, tzinfo=dt.UTC).timestamp()
+
+
+def iso(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+# -- pure ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (-5, "<invalid>"),
+        (-1, "0s"),
+        (0, "0s"),
+        (59, "59s"),
+        (119, "119s"),
+        (120, "2m"),
+        (150, "2m30s"),
+        (599, "9m59s"),
+        (600, "10m"),
+        (3700, "61m"),
+        (179 * 60 + 59, "179m"),
+        (3 * 3600, "3h"),
+        (3 * 3600 + 120, "3h2m"),
+        (8 * 3600, "8h"),
+        (47 * 3600, "47h"),
+        (48 * 3600, "2d"),
+        (50 * 3600, "2d2h"),
+        (8 * 86400, "8d"),
+        (729 * 86400, "729d"),
+        (730 * 86400, "2y"),
+        (800 * 86400, "2y70d"),
+        (9 * 365 * 86400, "9y"),
+    ],
+)
+def test_durations_read_as_kubectl_ages(seconds: float, text: str) -> None:
+    assert human_duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("percent", "bar"),
+    [
+        (None, "-"),
+        (0, "░░░░░░░░░░░░░░░░░░░░   0%"),
+        (42, "████████░░░░░░░░░░░░  42%"),
+        (100, "████████████████████ 100%"),
+    ],
+)
+def test_progress_bar(percent: int | None, bar: str) -> None:
+    assert progress_bar(percent) == bar
+    assert progress_bar(50, width=4) == "██░░  50%"
+
+
+def full_trainjob(name: str = "tj", namespace: str = "team-a") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "status": {
+            "trainerStatus": {
+                "progressPercentage": 42,
+                "estimatedRemainingSeconds": 3700,
+                "lastUpdatedTime": iso(NOW - 90),
+                "metrics": [{"name": "loss", "value": "0.25"}, {"name": "acc", "value": "0.9"}],
+            }
+        },
+    }
+
+
+def test_rows_and_documents() -> None:
+    row = row_of(full_trainjob())
+    assert row == Row(
+        "team-a",
+        "tj",
+        progress=42,
+        eta_seconds=3700,
+        last_updated=iso(NOW - 90),
+        metrics=(("loss", "0.25"), ("acc", "0.9")),
+    )
+    assert updated_text(row, NOW) == "90s ago"
+    assert document(row, ["acc"]) == {
+        "namespace": "team-a",
+        "name": "tj",
+        "progressPercentage": 42,
+        "estimatedRemainingSeconds": 3700,
+        "lastUpdatedTime": iso(NOW - 90),
+        "metrics": [{"name": "acc", "value": "0.9"}],
+    }
+    assert document(row)["metrics"] == [
+        {"name": "loss", "value": "0.25"},
+        {"name": "acc", "value": "0.9"},
+    ]
+    bare = row_of({"metadata": {"name": "new", "namespace": "team-a"}})
+    assert bare == Row("team-a", "new")
+    assert updated_text(bare, NOW) == "-"
+    odd = row_of(
+        {
+            "metadata": {"name": "odd", "namespace": "x"},
+            "status": {"trainerStatus": {"progressPercentage": "42", "lastUpdatedTime": "soon"}},
+        }
+    )
+    assert (odd.progress, updated_text(odd, NOW)) == (None, "soon")
+
+
+def test_chosen_metrics() -> None:
+    assert chosen_metrics(None) == []
+    assert chosen_metrics(["loss", "acc,loss", "lr,,"]) == ["loss", "acc", "lr"]
+
+
+def test_table_layout() -> None:
+    rows = [row_of(full_trainjob("b")), row_of({"metadata": {"name": "a", "namespace": "x"}})]
+    console = Console(file=io.StringIO(), width=200)
+    console.print(table(rows, metrics=["loss", "lr"], all_namespaces=True, now=NOW))
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert [line.rstrip() for line in out.splitlines()] == [
+        "NAMESPACE   NAME   PROGRESS                    ETA   UPDATED   loss   lr",
+        "team-a      b      ████████░░░░░░░░░░░░  42%   61m   90s ago   0.25   -",
+        "x           a      -                           -     -         -      -",
+    ]
+
+
+def test_kubeconfig_is_found_as_kubectl_finds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    default = str(tmp_path / ".kube" / "config")
+    assert kubeconfig_file("/given", {"KUBECONFIG": "/env"}) == "/given"
+    assert kubeconfig_file(None, {"KUBECONFIG": "/a:/b"}) == "/a:/b"
+    assert kubeconfig_file(None, {}) == default
+    # In a pod with no kubeconfig: the pod's service account.
+    assert kubeconfig_file(None, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}) is None
+    (tmp_path / ".kube").mkdir()
+    (tmp_path / ".kube" / "config").write_text("{}")
+    assert kubeconfig_file(None, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}) == default
+
+
+# -- through kubectl -------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+class Kubectl:
+    """The real kubectl with the plugin on PATH (a wrapper running this checkout's module)."""
+
+    def __init__(self, cluster: DevCluster, home: Path) -> None:
+        bin_dir = home / "bin"
+        bin_dir.mkdir()
+        self.plugin = bin_dir / "kubectl-trainjob"
+        self.plugin.write_text(
+            f'#!/bin/sh\nexec "{sys.executable}" -m trainjob_status_server.kubectl_trainjob "$@"\n'
+        )
+        self.plugin.chmod(0o755)
+        self.env = {
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "HOME": str(home),
+            "KUBECONFIG": str(cluster.kubeconfig_path),
+        }
+
+    async def start(
+        self, *args: str, env: dict[str, str] | None = None
+    ) -> asyncio.subprocess.Process:
+        # Not blocking the event loop: the devcluster serves from this same loop.
+        return await asyncio.create_subprocess_exec(
+            "kubectl",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**self.env, **(env or {})},
+        )
+
+    async def run(self, *args: str, env: dict[str, str] | None = None) -> Result:
+        proc = await self.start(*args, env=env)
+        out, err = await proc.communicate()
+        assert proc.returncode is not None
+        return Result(proc.returncode, out.decode(), err.decode())
+
+    async def ok(self, *args: str) -> str:
+        result = await self.run(*args)
+        assert (result.code, result.err) == (0, ""), result.err
+        return result.out
+
+
+@pytest_asyncio.fixture
+async def kubectl(devcluster: DevCluster, tmp_path: Path) -> Kubectl:
+    return Kubectl(devcluster, tmp_path)
+
+
+@pytest_asyncio.fixture
+async def kube(devcluster: DevCluster) -> AsyncIterator[KubeClient]:
+    async with KubeClient(devcluster.kubeconfig_path, qps=1000, burst=1000, timeout=5) as client:
+        yield client
+
+
+async def report(kube: KubeClient, namespace: str, name: str, **status: Any) -> None:
+    """Write a trainerStatus as a trainer's post would end up."""
+    await kube.apply_trainjob_status(namespace, name, status)
+
+
+@pytest_asyncio.fixture
+async def jobs(devcluster: DevCluster, kube: KubeClient) -> float:
+    """team-a/tj-a reported an hour ago, team-a/tj-b never; team-b/tj-c is done."""
+    for namespace, name in (("team-a", "tj-a"), ("team-a", "tj-b"), ("team-b", "tj-c")):
+        devcluster.create_trainjob(namespace, name)
+    now = dt.datetime.now(dt.UTC).timestamp()
+    await report(
+        kube,
+        "team-a",
+        "tj-a",
+        progressPercentage=42,
+        estimatedRemainingSeconds=3700,
+        lastUpdatedTime=iso(now - 3600),
+        metrics=[{"name": "loss", "value": "0.25"}, {"name": "acc", "value": "0.9"}],
+    )
+    done = {"progressPercentage": 100, "estimatedRemainingSeconds": 0}
+    await report(kube, "team-b", "tj-c", **done, lastUpdatedTime=iso(now - 3600))
+    return now
+
+
+@pytest.mark.kubectl
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+class TestThroughKubectl:
+    async def test_kubectl_finds_the_plugin(self, kubectl: Kubectl) -> None:
+        out = await kubectl.ok("plugin", "list")
+        assert str(kubectl.plugin) in out
+        help_text = await kubectl.ok("trainjob", "progress", "--help")
+        assert "usage: kubectl trainjob progress" in help_text
+
+    async def test_table_of_a_namespace_with_chosen_metrics(
+        self, kubectl: Kubectl, jobs: float
+    ) -> None:
+        out = await kubectl.ok("trainjob", "progress", "-n", "team-a", "--metric", "loss,acc")
+        assert out.splitlines() == [
+            "NAME   PROGRESS                    ETA   UPDATED   loss   acc",
+            "tj-a   ████████░░░░░░░░░░░░  42%   61m   60m ago   0.25   0.9",
+            "tj-b   -                           -     -         -      -",
+        ]
+
+    async def test_all_namespaces_and_names(self, kubectl: Kubectl, jobs: float) -> None:
+        out = await kubectl.ok("trainjob", "progress", "-A")
+        assert out.splitlines() == [
+            "NAMESPACE   NAME   PROGRESS                    ETA   UPDATED",
+            "team-a      tj-a   ████████░░░░░░░░░░░░  42%   61m   60m ago",
+            "team-a      tj-b   -                           -     -",
+            "team-b      tj-c   ████████████████████ 100%   0s    60m ago",
+        ]
+        out = await kubectl.ok("trainjob", "progress", "-n", "team-a", "tj-b")
+        assert out.splitlines() == [
+            "NAME   PROGRESS   ETA   UPDATED",
+            "tj-b   -          -     -",
+        ]
+
+    async def test_json_and_yaml_for_scripts(self, kubectl: Kubectl, jobs: float) -> None:
+        out = await kubectl.ok(
+            "trainjob", "progress", "-n", "team-a", "-o", "json", "--metric", "acc"
+        )
+        assert json.loads(out) == {
+            "items": [
+                {
+                    "namespace": "team-a",
+                    "name": "tj-a",
+                    "progressPercentage": 42,
+                    "estimatedRemainingSeconds": 3700,
+                    "lastUpdatedTime": iso(jobs - 3600),
+                    "metrics": [{"name": "acc", "value": "0.9"}],
+                },
+                {
+                    "namespace": "team-a",
+                    "name": "tj-b",
+                    "progressPercentage": None,
+                    "estimatedRemainingSeconds": None,
+                    "lastUpdatedTime": None,
+                    "metrics": [],
+                },
+            ]
+        }
+        out = await kubectl.ok("trainjob", "progress", "-A", "-o", "yaml", "tj-c")
+        assert yaml.safe_load(out) == {
+            "items": [
+                {
+                    "namespace": "team-b",
+                    "name": "tj-c",
+                    "progressPercentage": 100,
+                    "estimatedRemainingSeconds": 0,
+                    "lastUpdatedTime": iso(jobs - 3600),
+                    "metrics": [],
+                }
+            ]
+        }
+
+    async def test_context_and_kubeconfig_flags(
+        self, kubectl: Kubectl, devcluster: DevCluster, jobs: float, tmp_path: Path
+    ) -> None:
+        # Another file: its current context points nowhere, context "b" at team-b.
+        config = yaml.safe_load(devcluster.kubeconfig_path.read_text())
+        good = config["contexts"][0]["context"]
+        config["clusters"].append({"name": "nowhere", "cluster": {"server": "https://127.0.0.1:1"}})
+        config["contexts"] = [
+            {"name": "broken", "context": {**good, "cluster": "nowhere"}},
+            {"name": "b", "context": {**good, "namespace": "team-b"}},
+        ]
+        config["current-context"] = "broken"
+        other = tmp_path / "other.kubeconfig"
+        other.write_text(yaml.safe_dump(config))
+        out = await kubectl.ok("trainjob", "progress", "--kubeconfig", str(other), "--context", "b")
+        assert out.splitlines() == [
+            "NAME   PROGRESS                    ETA   UPDATED",
+            "tj-c   ████████████████████ 100%   0s    60m ago",
+        ]
+        # From KUBECONFIG, as kubectl passes it on.
+        result = await kubectl.run(
+            "trainjob", "progress", "--context", "b", env={"KUBECONFIG": str(other)}
+        )
+        assert (result.code, result.out.splitlines()[1].split()[0]) == (0, "tj-c")
+        broken = await kubectl.run("trainjob", "progress", "--kubeconfig", str(other))
+        assert broken.code == 1
+        assert broken.err.startswith(
+            "error: GET /apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"
+        )
+
+    async def test_errors_and_empty_answers(self, kubectl: Kubectl, jobs: float) -> None:
+        unknown = await kubectl.run("trainjob", "progress", "--context", "nope")
+        assert unknown.code == 1
+        assert unknown.out == ""
+        assert unknown.err.startswith("error: cannot load kubeconfig: ")
+        assert "nope" in unknown.err
+        empty = await kubectl.run("trainjob", "progress", "-n", "empty")
+        assert (empty.code, empty.out, empty.err) == (
+            0,
+            "",
+            "No resources found in empty namespace.\n",
+        )
+        assert json.loads(
+            await kubectl.ok("trainjob", "progress", "-n", "empty", "-o", "json")
+        ) == {"items": []}
+        both = await kubectl.run("trainjob", "progress", "-n", "x", "-A")
+        assert both.code == 2
+        assert "not allowed with argument" in both.err
+
+    async def test_a_refusal_is_the_apis_message(
+        self, kubectl: Kubectl, devcluster: DevCluster, jobs: float, tmp_path: Path
+    ) -> None:
+        # A service account without RBAC rights to TrainJobs.
+        token = devcluster.request_token("team-a", "default", [devcluster.issuer])
+        config = yaml.safe_load(devcluster.kubeconfig_path.read_text())
+        config["users"][0]["user"] = {"token": token}
+        limited = tmp_path / "limited.kubeconfig"
+        limited.write_text(yaml.safe_dump(config))
+        refused = await kubectl.run(
+            "trainjob", "progress", "-n", "team-a", "--kubeconfig", str(limited)
+        )
+        assert refused.code == 1
+        assert refused.out == ""
+        assert refused.err == (
+            "Error from server (Forbidden): trainjobs.trainer.kubeflow.org is forbidden: User "
+            '"system:serviceaccount:team-a:default" cannot list resource "trainjobs" in API group '
+            '"trainer.kubeflow.org" in the namespace "team-a"\n'
+        )
+
+    async def test_watch_redraws_the_table_on_each_change(
+        self, kubectl: Kubectl, kube: KubeClient, devcluster: DevCluster, jobs: float
+    ) -> None:
+        proc = await kubectl.start("trainjob", "progress", "-n", "team-a", "-w")
+        assert proc.stdout is not None
+        first = await read_table(proc.stdout)
+        assert [line.split()[:2] for line in first[1:]] == [
+            ["tj-a", "████████░░░░░░░░░░░░"],
+            ["tj-b", "-"],
+        ]
+        await report(kube, "team-a", "tj-b", progressPercentage=100, lastUpdatedTime=iso(jobs))
+        second = await read_table(proc.stdout)
+        assert second[2].split()[:3] == ["tj-b", "████████████████████", "100%"]
+        devcluster.delete("trainjobs", "team-a", "tj-a", GROUP)
+        third = await read_table(proc.stdout)
+        assert [line.split()[0] for line in third[1:]] == ["tj-b"]
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), 10) == 130
+        assert proc.stderr is not None
+        assert await proc.stderr.read() == b""
+
+    async def test_watch_prints_one_document_per_change(
+        self, kubectl: Kubectl, kube: KubeClient, devcluster: DevCluster, jobs: float
+    ) -> None:
+        proc = await kubectl.start("trainjob", "progress", "-n", "team-a", "-w", "-o", "json")
+        assert proc.stdout is not None
+        seen = [json.loads(await read_line(proc.stdout)) for _ in range(2)]
+        assert sorted((d["type"], d["name"], d["progressPercentage"]) for d in seen) == [
+            ("ADDED", "tj-a", 42),
+            ("ADDED", "tj-b", None),
+        ]
+        await report(kube, "team-a", "tj-b", progressPercentage=7, lastUpdatedTime=iso(jobs))
+        changed = json.loads(await read_line(proc.stdout))
+        assert (changed["type"], changed["name"], changed["progressPercentage"]) == (
+            "MODIFIED",
+            "tj-b",
+            7,
+        )
+        devcluster.delete("trainjobs", "team-a", "tj-b", GROUP)
+        deleted = json.loads(await read_line(proc.stdout))
+        assert (deleted["type"], deleted["name"]) == ("DELETED", "tj-b")
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), 10) == 130
+
+
+async def read_line(stream: asyncio.StreamReader) -> str:
+    line = await asyncio.wait_for(stream.readline(), 15)
+    assert line, "the plugin ended"
+    return line.decode()
+
+
+async def read_table(stream: asyncio.StreamReader) -> list[str]:
+    """One table of piped -w output (each ends with a blank line)."""
+    lines: list[str] = []
+    while line := (await read_line(stream)).rstrip("\n"):
+        lines.append(line)
+    return lines

@@ -1,0 +1,398 @@
+"""The pure parts of the export: which series a TrainJob yields, what the cap keeps, the
+skip count, and the sample lines, held to prometheus_client's own rendering and parsers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as parse_openmetrics,
+)
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+from prometheus_client.utils import floatToGoString
+
+from trainjob_status_server.exporter import (
+    RenderedSeries,
+    escape_label_value,
+    exposition,
+    format_value,
+)
+from trainjob_status_server.series import (
+    CORE,
+    ESTIMATED_REMAINING,
+    FAMILIES,
+    LAST_UPDATE,
+    METRIC,
+    PROGRESS,
+    TrainJobSeries,
+    allowance,
+    newly_skipped,
+    parse_number,
+    parse_time,
+    series_of,
+)
+
+LUT = "2026-12-02T18:33:25Z"
+LUT_SECONDS = 1796236405.0
+
+
+def trainjob(
+    trainer_status: Any = None, *, name: str = "tj", namespace: str = "team-a"
+) -> dict[str, Any]:
+    obj: dict[str, Any] = {"metadata": {"namespace": namespace, "name": name}, "spec": {}}
+    if trainer_status is not None:
+        obj["status"] = {"trainerStatus": trainer_status}
+    return obj
+
+
+def metrics(*pairs: tuple[str, str]) -> list[dict[str, str]]:
+    return [{"name": name, "value": value} for name, value in pairs]
+
+
+# -- series_of ---------------------------------------------------------------------------
+
+
+def test_full_status_yields_every_family_in_priority_order() -> None:
+    series = series_of(
+        trainjob(
+            {
+                "progressPercentage": 42,
+                "estimatedRemainingSeconds": 600,
+                "lastUpdatedTime": LUT,
+                "metrics": metrics(("loss", "0.25"), ("accuracy", "0.9"), ("note", "n/a")),
+            }
+        )
+    )
+    assert series == TrainJobSeries(
+        namespace="team-a",
+        trainjob="tj",
+        core=((LAST_UPDATE, LUT_SECONDS), (PROGRESS, 0.42), (ESTIMATED_REMAINING, 600.0)),
+        metrics=(("loss", 0.25), ("accuracy", 0.9)),
+        skipped=frozenset({("note", "n/a")}),
+    )
+    assert series.count == 5
+    assert CORE == (LAST_UPDATE, PROGRESS, ESTIMATED_REMAINING)
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        trainjob(),
+        {"metadata": {"namespace": "team-a", "name": "tj"}, "status": {}},
+        {"metadata": {"namespace": "team-a", "name": "tj"}, "status": {"trainerStatus": None}},
+        {"metadata": {"namespace": "team-a", "name": "tj"}, "status": {"trainerStatus": "x"}},
+        {"metadata": {"namespace": "team-a", "name": "tj"}, "status": None},
+    ],
+)
+def test_no_trainer_status_no_series(obj: dict[str, Any]) -> None:
+    assert series_of(obj) is None
+
+
+def test_fields_left_out_yield_no_series() -> None:
+    series = series_of(trainjob({"lastUpdatedTime": LUT}))
+    assert series == TrainJobSeries("team-a", "tj", core=((LAST_UPDATE, LUT_SECONDS),))
+    empty = series_of(trainjob({}))
+    assert empty == TrainJobSeries("team-a", "tj")
+    assert empty.count == 0
+
+
+@pytest.mark.parametrize("value", ["42", 42.0, True, None, [42]])
+def test_progress_that_is_not_a_json_integer_is_not_exported(value: Any) -> None:
+    series = series_of(trainjob({"progressPercentage": value, "estimatedRemainingSeconds": value}))
+    assert series is not None
+    assert series.core == ()
+
+
+@pytest.mark.parametrize(("percent", "ratio"), [(0, 0.0), (1, 0.01), (99, 0.99), (100, 1.0)])
+def test_progress_ratio(percent: int, ratio: float) -> None:
+    series = series_of(trainjob({"progressPercentage": percent}))
+    assert series is not None
+    assert series.core == ((PROGRESS, ratio),)
+
+
+def test_a_metric_name_reported_twice_last_one_wins_in_its_place() -> None:
+    series = series_of(
+        trainjob({"metrics": metrics(("loss", "1"), ("acc", "0.5"), ("loss", "2"), ("x", "y"))})
+    )
+    assert series is not None
+    assert series.metrics == (("acc", 0.5), ("loss", 2.0))
+    assert series.skipped == {("x", "y")}
+    # The last occurrence decides, a non-numeric one too.
+    series = series_of(trainjob({"metrics": metrics(("loss", "1"), ("loss", "nan"))}))
+    assert series is not None
+    assert (series.metrics, series.skipped) == ((), {("loss", "nan")})
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        "loss=1",
+        [{"name": "loss"}],
+        [{"value": "1"}],
+        [{"name": "", "value": "1"}],
+        [{"name": 7, "value": "1"}],
+        [{"name": "loss", "value": 1.0}],
+        ["loss"],
+    ],
+)
+def test_malformed_metric_items_are_ignored(items: Any) -> None:
+    series = series_of(trainjob({"metrics": items}))
+    assert series is not None
+    assert (series.metrics, series.skipped) == ((), frozenset())
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("0", 0.0),
+        ("42", 42.0),
+        ("-1.5", -1.5),
+        ("+2", 2.0),
+        ("1e-05", 1e-05),
+        ("1E3", 1000.0),
+        (".5", 0.5),
+        ("5.", 5.0),
+        ("0.1234567890123", 0.1234567890123),
+        ("-0", -0.0),
+        ("1e308", 1e308),
+    ],
+)
+def test_numbers(text: str, value: float) -> None:
+    assert parse_number(text) == value
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "nan",
+        "NaN",
+        "inf",
+        "-inf",
+        "Infinity",
+        "1e999",  # overflows
+        "1_000",
+        " 1",
+        "1 ",
+        "0x10",
+        "",
+        "--1",
+        "1e",
+        ".",
+        "٣",  # an Arabic-Indic digit: float() takes it, people do not mean a number
+        "½",
+        "1,5",
+        "50%",
+    ],
+)
+def test_not_finite_numbers(text: str) -> None:
+    assert parse_number(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        (LUT, LUT_SECONDS),
+        ("2026-12-02T18:33:25.5Z", LUT_SECONDS + 0.5),
+        ("2026-12-02T18:33:25.123456+00:00", LUT_SECONDS + 0.123456),
+        ("2026-12-02T18:33:25.123456789Z", LUT_SECONDS + 0.123456),
+        ("2026-12-02T20:33:25+02:00", LUT_SECONDS),
+        ("2026-12-02t18:33:25z", LUT_SECONDS),
+        ("2026-12-02T18:33:25", LUT_SECONDS),  # no offset: UTC
+    ],
+)
+def test_times(text: str, seconds: float) -> None:
+    parsed = parse_time(text)
+    assert parsed is not None
+    assert math.isclose(parsed, seconds, abs_tol=1e-6)
+
+
+@pytest.mark.parametrize("text", ["", "yesterday", "2026-13-02T18:33:25Z", "0000-01-01T00:00:00Z"])
+def test_times_that_do_not_parse(text: str) -> None:
+    assert parse_time(text) is None
+    series = series_of(trainjob({"lastUpdatedTime": text, "progressPercentage": 1}))
+    assert series is not None
+    assert series.core == ((PROGRESS, 0.01),)
+
+
+def test_lone_surrogates_are_replaced_so_the_page_always_encodes() -> None:
+    series = series_of(
+        trainjob({"metrics": metrics(("loss\ud800", "1"))}, name="tj\udfff", namespace="a")
+    )
+    assert series is not None
+    assert (series.trainjob, series.metrics) == ("tj?", (("loss?", 1.0),))
+    rendered = RenderedSeries.of(series)
+    assert rendered.metrics == (
+        b'trainjob_metric{name="loss?",namespace="a",trainjob="tj?"} 1.0\n',
+    )
+
+
+# -- the skip count ------------------------------------------------------------------------
+
+
+def skipped(*pairs: tuple[str, str]) -> TrainJobSeries:
+    return TrainJobSeries("team-a", "tj", skipped=frozenset(pairs))
+
+
+def test_newly_skipped_counts_each_non_numeric_value_once_per_change() -> None:
+    assert newly_skipped(None, None) == 0
+    assert newly_skipped(None, skipped(("a", "x"), ("b", "y"))) == 2
+    # The same values again (another update, a relist, a scrape): nothing new.
+    assert newly_skipped(skipped(("a", "x"), ("b", "y")), skipped(("a", "x"), ("b", "y"))) == 0
+    # One value changed, one went away.
+    assert newly_skipped(skipped(("a", "x"), ("b", "y")), skipped(("a", "z"))) == 1
+    assert newly_skipped(skipped(("a", "x")), None) == 0
+    assert newly_skipped(skipped(("a", "x")), skipped()) == 0
+
+
+# -- the cap ---------------------------------------------------------------------------------
+
+
+def test_no_cap_or_under_it_keeps_everything() -> None:
+    counts = [(3, 10), (3, 0), (1, 5)]
+    assert allowance(counts, 0) == (counts, 0)
+    assert allowance(counts, 22) == (counts, 0)
+    assert allowance([], 5) == ([], 0)
+
+
+def test_over_the_cap_core_series_of_every_trainjob_come_first() -> None:
+    counts = [(3, 10), (3, 10), (3, 10)]
+    assert allowance(counts, 21) == ([(3, 10), (3, 2), (3, 0)], 18)
+    assert allowance(counts, 9) == ([(3, 0), (3, 0), (3, 0)], 30)
+    assert allowance(counts, 7) == ([(3, 0), (3, 0), (1, 0)], 32)
+    assert allowance(counts, 1) == ([(1, 0), (0, 0), (0, 0)], 38)
+
+
+def test_the_cap_is_exact() -> None:
+    counts = [(3, 4), (2, 0), (3, 7), (0, 9)]
+    total = sum(a + b for a, b in counts)
+    for cap in range(1, total + 3):
+        kept, dropped = allowance(counts, cap)
+        assert sum(a + b for a, b in kept) == min(cap, total)
+        assert dropped == max(total - cap, 0)
+        assert all(k <= c for (k, _), (c, _) in zip(kept, counts, strict=True))
+
+
+# -- sample lines ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0.0, -0.0, 0.42, 1.0, 600.0, 1e-05, 123456.0, 1234567.0, 1e16, 1e22, -1e22, LUT_SECONDS,
+     LUT_SECONDS + 0.123456, 2.5e-300, 1.7976931348623157e308],
+)  # fmt: skip
+def test_values_are_written_as_prometheus_client_writes_them(value: float) -> None:
+    assert format_value(value) == floatToGoString(value)
+
+
+@settings(deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_any_finite_value_is_written_as_prometheus_client_writes_it(value: float) -> None:
+    assert format_value(value) == floatToGoString(value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "escaped"),
+    [
+        ("plain", "plain"),
+        ('say "hi"', r"say \"hi\""),
+        ("C:\\temp", r"C:\\temp"),
+        ("two\nlines", r"two\nlines"),
+        ('\\"', r"\\\""),
+        ("λόγος 🚀", "λόγος 🚀"),
+        ("tab\there", "tab\there"),
+    ],
+)
+def test_label_values_are_escaped(raw: str, escaped: str) -> None:
+    assert escape_label_value(raw) == escaped
+
+
+class _One:
+    """A registry of prepared families, for prometheus_client's renderer."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = list(families)
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+def reference(series: TrainJobSeries) -> bytes:
+    """What prometheus_client renders for the same series."""
+    families = {f.name: GaugeMetricFamily(f.name, f.help, labels=f.labels) for f in FAMILIES}
+    for family, value in series.core:
+        families[family].add_metric([series.namespace, series.trainjob], value)
+    for name, value in series.metrics:
+        families[METRIC].add_metric([series.namespace, series.trainjob, name], value)
+    return generate_latest(_One(families.values()))  # type: ignore[arg-type]
+
+
+def ours(series: TrainJobSeries) -> bytes:
+    rendered = RenderedSeries.of(series)
+    return exposition([(rendered, len(rendered.core), len(rendered.metrics))])
+
+
+AWKWARD_NAMES = [
+    'he said "hi"',
+    "C:\\path\\",
+    "line\nbreak",
+    "λόγος 🚀",
+    "\\n",
+    'a"b\\c\nd',
+    "x" * 64,
+]
+
+
+def test_awkward_metric_names_render_as_prometheus_client_renders_them() -> None:
+    series = series_of(
+        trainjob(
+            {
+                "progressPercentage": 7,
+                "lastUpdatedTime": LUT,
+                "metrics": metrics(*((name, f"{i}.5") for i, name in enumerate(AWKWARD_NAMES))),
+            },
+            name="job-1",
+        )
+    )
+    assert series is not None
+    assert ours(series) == reference(series)
+    parsed = {f.name: f for f in parse_text(ours(series).decode())}
+    assert [s.labels["name"] for s in parsed[METRIC].samples] == AWKWARD_NAMES
+    assert [s.value for s in parsed[METRIC].samples] == [i + 0.5 for i in range(len(AWKWARD_NAMES))]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.text(min_size=1, max_size=64),
+            st.floats(allow_nan=False, allow_infinity=False).map(repr),
+        ),
+        max_size=8,
+        unique_by=lambda pair: pair[0],
+    ),
+    st.integers(0, 100),
+)
+def test_any_metric_names_round_trip_through_both_parsers(
+    pairs: list[tuple[str, str]], progress: int
+) -> None:
+    series = series_of(
+        trainjob(
+            {"progressPercentage": progress, "lastUpdatedTime": LUT, "metrics": metrics(*pairs)}
+        )
+    )
+    assert series is not None
+    text = ours(series)
+    assert text == reference(series)
+    expected = [(name.encode("utf-8", "replace").decode(), float(value)) for name, value in pairs]
+    parsed = {f.name: f for f in parse_text(text.decode())}
+    assert [(s.labels["name"], s.value) for s in parsed[METRIC].samples] == expected
+    assert [s.value for s in parsed[PROGRESS].samples] == [progress / 100]
+    openmetrics = {f.name: f for f in parse_openmetrics(text.decode() + "# EOF\n")}
+    assert [(s.labels["name"], s.value) for s in openmetrics[METRIC].samples] == expected
