@@ -11,11 +11,14 @@ import logging
 
 from aiohttp import web
 
-from . import errors
+from . import certs, errors
 from .auth import Authenticator, TokenAuthenticator
+from .cadistribution import CADistribution
+from .certs import CertBootstrap, CertSettings, WebhookCABundle
 from .config import Config
 from .endpoint import STATUS_PATH, StatusEndpoint
 from .exporter import Exporter
+from .injection import Selector, Target
 from .kube.cache import WatchCache
 from .kube.client import KubeClient
 from .kube.errors import KubeUnavailable
@@ -23,6 +26,7 @@ from .kube.resources import TRAINJOBS
 from .listener import CappedSite
 from .middleware import status_errors
 from .tls import ReloadingTLS
+from .webhook import INJECT_PATH, InjectorSettings, JobSetSteps, PodInjector
 from .writer import CoalescingWriter, DirectWriter
 
 log = logging.getLogger(__name__)
@@ -44,7 +48,25 @@ class StatusServer:
         self.exporter = Exporter(self.trainjobs, max_series=config.max_exported_series)
         # The token authenticator has I/O (keys, pods) and a lifecycle; others have none.
         self.token_auth = authenticator if isinstance(authenticator, TokenAuthenticator) else None
-        self.tls = _serving_tls(config)
+        # With the bootstrap, the files exist only once it has run: built in start().
+        self.tls: ReloadingTLS | None = None if config.cert_bootstrap else _serving_tls(config)
+        self.certs = _cert_bootstrap(config, self.kube)
+        self.injector = (
+            PodInjector(_injector_settings(config), self.trainjobs, JobSetSteps(self.kube))
+            if config.inject_pods
+            else None
+        )
+        self.ca_distribution = (
+            CADistribution(
+                self.kube,
+                self.trainjobs,
+                config.ca_path,
+                name=config.ca_configmap,
+                poll_interval=config.tls_reload_interval,
+            )
+            if config.distribute_ca and config.ca_path is not None
+            else None
+        )
         self.writer: CoalescingWriter | DirectWriter = (
             DirectWriter(self.kube)
             if config.write_mode == "direct"
@@ -87,6 +109,8 @@ class StatusServer:
     def serving_app(self) -> web.Application:
         app = web.Application(middlewares=[status_errors], client_max_size=2**20)
         app.router.add_post(STATUS_PATH, self.endpoint.handle)
+        if self.injector is not None:
+            app.router.add_post(INJECT_PATH, self.injector.handle)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         return app
@@ -113,10 +137,15 @@ class StatusServer:
 
     async def start(self) -> StatusServer:
         config = self.config
-        if self.tls is None:
+        if config.insecure_http:
             log.warning("serving plain HTTP (--insecure-http): tokens travel in clear")
         await self.kube.start()
+        if self.certs is not None:
+            await self.certs.start()  # returns once the files hold a valid pair
+            self.tls = _serving_tls(config)
         await self.trainjobs.start()
+        if self.ca_distribution is not None:
+            await self.ca_distribution.start()
         self.exporter.start()
         await self.writer.start()
         if self.token_auth is not None:
@@ -164,7 +193,11 @@ class StatusServer:
             await self.tls.stop()
         if self.token_auth is not None:
             await self.token_auth.stop()
+        if self.ca_distribution is not None:
+            await self.ca_distribution.stop()
         await self.trainjobs.stop()
+        if self.certs is not None:
+            await self.certs.stop()
         await self.kube.close()
         log.info("stopped")
 
@@ -185,6 +218,43 @@ def _serving_tls(config: Config) -> ReloadingTLS | None:
         config.tls_key_file,
         min_version=config.tls_min_version,
         poll_interval=config.tls_reload_interval,
+    )
+
+
+def _cert_bootstrap(config: Config, kube: KubeClient) -> CertBootstrap | None:
+    if not config.cert_bootstrap:
+        return None
+    cert_file, key_file, ca_file = config.tls_cert_file, config.tls_key_file, config.ca_path
+    if cert_file is None or key_file is None or ca_file is None:
+        raise ValueError("--cert-bootstrap needs --tls-cert-file and --tls-key-file")
+    settings = CertSettings(
+        namespace=config.service_namespace,
+        dns_names=certs.dns_names(config.service_name, config.service_namespace),
+        cert_file=cert_file,
+        key_file=key_file,
+        ca_file=ca_file,
+        secret_name=config.cert_secret,
+        check_interval=config.cert_check_interval,
+    )
+    webhook = (
+        WebhookCABundle(kube, config.webhook_configuration)
+        if config.webhook_configuration
+        else None
+    )
+    return CertBootstrap(kube, settings, webhook)
+
+
+def _injector_settings(config: Config) -> InjectorSettings:
+    return InjectorSettings(
+        target=Target(
+            service=config.service_name,
+            namespace=config.service_namespace,
+            port=config.service_port,
+            ca_configmap=config.ca_configmap,
+        ),
+        selector=Selector.parse(config.inject_selector),
+        override_existing=config.override_existing,
+        timeout=config.inject_timeout,
     )
 
 

@@ -50,6 +50,29 @@ class Config:
     sa_rate_limit: float = 500.0
     sa_rate_burst: int = 2000
     token_cache_size: int = 10_000
+    # Pod injector, CA distribution, certificate bootstrap (issue 9).
+    inject_pods: bool = True
+    inject_selector: str = "trainer.kubeflow.org/trainjob-ancestor-step=trainer"
+    inject_timeout: float = 2.0
+    override_existing: bool = False
+    service_name: str = "trainjob-status"
+    service_namespace: str = "trainjob-status"
+    service_port: int = 10443
+    distribute_ca: bool = False
+    ca_configmap: str = "trainjob-status-ca"
+    ca_file: Path | None = None
+    cert_bootstrap: bool = False
+    cert_secret: str = "trainjob-status-tls"
+    webhook_configuration: str = "trainjob-status"
+    cert_check_interval: float = 300.0
+
+    @property
+    def ca_path(self) -> Path | None:
+        """The CA bundle to distribute: --ca-file, else ca.crt beside the certificate
+        (where the bootstrap writes it and cert-manager's Secret mounts it)."""
+        if self.ca_file is not None:
+            return self.ca_file
+        return None if self.tls_cert_file is None else self.tls_cert_file.with_name("ca.crt")
 
     def auth_settings(self) -> AuthSettings:
         return AuthSettings(
@@ -90,7 +113,33 @@ class Config:
             problems.append("--max-exported-series must be >= 0 (0: no cap)")
         if self.max_connections < 1:
             problems.append("--max-connections must be >= 1")
+        problems += self._deploy_problems()
         return problems + self.auth_settings().check()
+
+    def _deploy_problems(self) -> list[str]:
+        # Imported here: injection imports the endpoint, which imports this module.
+        from .injection import Selector
+
+        problems = []
+        try:
+            Selector.parse(self.inject_selector)
+        except ValueError as exc:
+            problems.append(f"--inject-selector: {exc}")
+        if not 1 <= self.service_port <= 65535:
+            problems.append(f"--service-port must be 1..65535, got {self.service_port}")
+        for name in ("inject_timeout", "cert_check_interval"):
+            if getattr(self, name) <= 0:
+                problems.append(f"--{name.replace('_', '-')} must be > 0")
+        if self.cert_bootstrap and (
+            self.insecure_http or self.tls_cert_file is None or self.tls_key_file is None
+        ):
+            problems.append(
+                "--cert-bootstrap writes the files --tls-cert-file and --tls-key-file name: "
+                "give both (and no --insecure-http)"
+            )
+        if self.distribute_ca and self.ca_path is None:
+            problems.append("--distribute-ca needs --ca-file or --tls-cert-file (ca.crt beside it)")
+        return problems
 
 
 @dataclass(frozen=True)
@@ -156,6 +205,29 @@ _FLAGS = (
     _Flag("sa_rate_limit", float, "posts per second per service account (429 beyond)"),
     _Flag("sa_rate_burst", int, "posts one service account may make at once"),
     _Flag("token_cache_size", int, "verified tokens kept in memory (0: verify every post)"),
+    _Flag(
+        "inject_selector",
+        str,
+        "label selector of the TrainJob pods to inject, matched against the pod's labels and "
+        "those of the JobSet replicated job that made it",
+    ),
+    _Flag("inject_timeout", float, "seconds a pod admission may take; then the pod goes unchanged"),
+    _Flag("service_name", str, "the Service in front of the server (injected URLs, certificate)"),
+    _Flag("service_namespace", str, "the server's namespace (its Service, certificate Secret)"),
+    _Flag("service_port", int, "the Service's HTTPS port, as injected URLs name it"),
+    _Flag("ca_configmap", str, "ConfigMap (key ca.crt) injected pods read the server's CA from"),
+    _Flag(
+        "ca_file",
+        _path,
+        "CA bundle distributed to TrainJob namespaces; ca.crt beside --tls-cert-file when absent",
+    ),
+    _Flag("cert_secret", str, "Secret the certificate bootstrap keeps the CA and serving pair in"),
+    _Flag(
+        "webhook_configuration",
+        str,
+        "MutatingWebhookConfiguration whose caBundle the bootstrap keeps current ('' for none)",
+    ),
+    _Flag("cert_check_interval", float, "seconds between certificate checks (renewal, caBundle)"),
 )
 
 # Switches: --name turns on, --no-name off; the environment takes true/false.
@@ -171,6 +243,18 @@ _SWITCHES = (
         "accept tokens not bound to a pod (any pod of the namespace could post)",
     ),
     ("token_review", "verify tokens with TokenReview instead of the issuer's JWKS"),
+    ("inject_pods", "serve the pod injector webhook at /mutate-pods on the serving port"),
+    (
+        "override_existing",
+        "inject pods that already carry KUBEFLOW_TRAINER_SERVER_* (the Trainer's own feature), "
+        "replacing those values",
+    ),
+    ("distribute_ca", "keep the CA ConfigMap in every namespace that has TrainJobs"),
+    (
+        "cert_bootstrap",
+        "create and renew the CA and serving certificate in --cert-secret and write them to "
+        "--tls-cert-file and --tls-key-file (no cert-manager needed)",
+    ),
 )
 
 

@@ -40,6 +40,8 @@ from .ratelimit import TokenBucket
 from .resources import TRAINJOBS, Obj, Resource
 
 APPLY_PATCH = "application/apply-patch+yaml"
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
 FIELD_MANAGER = "trainer-status"
 USER_AGENT = "trainjob-status"
 
@@ -49,6 +51,8 @@ __all__ = [
     "APPLY_PATCH",
     "BOOKMARK",
     "FIELD_MANAGER",
+    "JSON_PATCH",
+    "MERGE_PATCH",
     "KubeClient",
     "KubeError",
     "KubeUnavailable",
@@ -164,8 +168,9 @@ class KubeClient:
 
     # -- what the server needs -------------------------------------------------------------
 
-    async def get(self, resource: Resource, namespace: str, name: str) -> Obj | None:
-        """The object, or None when it does not exist (404)."""
+    async def get(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
+        """The object, or None when it does not exist (404). ``namespace`` is None for a
+        cluster-scoped resource."""
         try:
             return await self._call("GET", resource.path(namespace, name))
         except KubeError as exc:
@@ -210,6 +215,56 @@ class KubeClient:
             query,
             body=body,
             content_type=APPLY_PATCH,
+        )
+
+    async def create(self, resource: Resource, namespace: str | None, body: Obj) -> Obj:
+        """POST ``body`` to the collection; a name already taken is a 409 AlreadyExists
+        (the way racing writers agree on one object)."""
+        return await self._call(
+            "POST", resource.path(namespace), body=body, content_type="application/json"
+        )
+
+    async def replace(self, resource: Resource, namespace: str | None, name: str, body: Obj) -> Obj:
+        """PUT ``body`` over the object. With ``metadata.resourceVersion`` in ``body`` the
+        write is conditional: 409 Conflict when the object changed since that version."""
+        return await self._call(
+            "PUT", resource.path(namespace, name), body=body, content_type="application/json"
+        )
+
+    async def patch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        patch: Obj | Sequence[Obj],
+        *,
+        content_type: str = JSON_PATCH,
+        field_manager: str | None = None,
+    ) -> Obj:
+        """PATCH the object: an RFC 6902 JSON Patch (a list of operations) by default, or
+        a merge patch with ``content_type=MERGE_PATCH``."""
+        query = [("fieldManager", field_manager)] if field_manager else []
+        return await self._call(
+            "PATCH", resource.path(namespace, name), query, body=patch, content_type=content_type
+        )
+
+    async def apply(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        body: Obj,
+        *,
+        field_manager: str,
+        force: bool = True,
+    ) -> Obj:
+        """Server-side apply of ``body`` (which names the object): creates it when absent,
+        and the field manager owns exactly the fields ``body`` sets."""
+        query = [("fieldManager", field_manager)]
+        if force:
+            query.append(("force", "true"))
+        return await self._call(
+            "PATCH", resource.path(namespace, name), query, body=body, content_type=APPLY_PATCH
         )
 
     async def list(
@@ -292,7 +347,7 @@ class KubeClient:
         path: str,
         query: Sequence[tuple[str, str]] = (),
         *,
-        body: Obj | None = None,
+        body: Obj | Sequence[Obj] | None = None,
         content_type: str | None = None,
     ) -> Obj:
         response = await self._open(method, path, query, body=body, content_type=content_type)
@@ -318,7 +373,7 @@ class KubeClient:
         path: str,
         query: Sequence[tuple[str, str]],
         *,
-        body: Obj | None = None,
+        body: Obj | Sequence[Obj] | None = None,
         content_type: str | None = None,
         client_timeout: aiohttp.ClientTimeout | None = None,
     ) -> aiohttp.ClientResponse:

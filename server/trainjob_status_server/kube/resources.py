@@ -50,6 +50,18 @@ class Resource:
 
 TRAINJOBS = Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")
 PODS = Resource("", "v1", "pods", "Pod")
+SECRETS = Resource("", "v1", "secrets", "Secret")
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace")
+MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+)
+# What the Trainer turns a TrainJob into (same name); its replicated jobs carry the
+# ``trainer.kubeflow.org/trainjob-ancestor-step`` label the pods themselves lack.
+JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
 
 
 def key_of(obj: Obj) -> Key:
