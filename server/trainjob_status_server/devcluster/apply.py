@@ -35,6 +35,7 @@ from .typed import TypeRef, root_type, typed_errors
 from .typedops import (
     compare,
     ensure_named_fields_are_members,
+    fitted_field_set,
     json_copy,
     json_equal,
     merge,
@@ -42,7 +43,7 @@ from .typedops import (
     to_field_set,
 )
 
-__all__ = ["LAST_APPLIED", "server_side_apply"]
+__all__ = ["LAST_APPLIED", "apply_for_store", "server_side_apply"]
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 _MAX_ANNOTATIONS_BYTES = 256 * 1024
@@ -70,28 +71,33 @@ def _describe(config: dict[str, Any]) -> str:
     return f"{ns}/{name}; {group}/{version}, Kind={kind}"
 
 
-def _check_config(config: dict[str, Any], resource: ResourceType, t: TypeRef) -> None:
+def _check_config(config: dict[str, Any], resource: ResourceType, t: TypeRef) -> FieldSet:
+    """The paths ``config`` sets, once it is known to be an apply configuration of this
+    kind that converts to the schema's types."""
     group, version, kind = _gvk(config)
     if (group, version, kind) != (resource.group, resource.version, resource.kind):
         raise status.bad_request(f"invalid object type: {group}/{version}, Kind={kind}")
     meta = config.get("metadata")
     if isinstance(meta, dict) and meta.get("managedFields") is not None:
         raise status.bad_request("metadata.managedFields must be nil")
-    if resource.schema is not None:
+    if resource.schema is None:
+        return to_field_set(config, t)
+    fields = fitted_field_set(config, t)
+    if fields is None:
         problem = typed_errors(config, t)
         if problem:
             raise status.internal(
                 f"failed to create typed patch object ({_describe(config)}): {problem}"
             )
+        fields = to_field_set(config, t)
+    return fields
 
 
 def _owned_part(fields: FieldSet, subresource: str | None, has_status: bool) -> FieldSet:
     """The part of an applied field set the request may own."""
     if subresource == "status":
-        kept = FieldSet(fields.members & {"f:status"})
-        if "f:status" in fields.children:
-            kept.children["f:status"] = fields.children["f:status"].copy()
-        return kept
+        status = fields.children.get("f:status")
+        return FieldSet(fields.members & {"f:status"}, {"f:status": status} if status else None)
     if has_status:
         return fields.recursive_difference(FieldSet.of(("f:status",)))
     return fields
@@ -114,7 +120,7 @@ def _reset(
     return new
 
 
-def _prune(merged: Any, managed: Managed, last: FieldSet, t: TypeRef) -> Any:
+def _prune(merged: Any, managed: Managed, last: FieldSet, applied: FieldSet, t: TypeRef) -> Any:
     """Remove what the applier owned before and owns no longer, unless someone else owns it.
 
     Three passes, as structured-merge-diff does them: remove everything applied last time,
@@ -125,6 +131,11 @@ def _prune(merged: Any, managed: Managed, last: FieldSet, t: TypeRef) -> Any:
     def named(fs: FieldSet) -> FieldSet:
         return ensure_named_fields_are_members(fs, t)
 
+    if last.subset_of(applied):
+        # Nothing applied last time is left out now (the usual case of a manager
+        # re-applying the same fields): the check below would find the same, as
+        # ``managed`` holds ``applied``.
+        return merged
     last_e = named(last)
     owned = FieldSet()
     for versioned in managed.sets.values():
@@ -164,9 +175,12 @@ def _conflict_error(conflicts: dict[ManagerKey, FieldSet]) -> ApiError:
 
 def _sync_last_applied(out: dict[str, Any], config: dict[str, Any]) -> None:
     """kubectl's own server-side applies keep a client-side apply annotation current."""
-    annotations = (out.get("metadata") or {}).get("annotations")
+    meta = out.get("metadata") or {}
+    annotations = meta.get("annotations")
     if not isinstance(annotations, dict) or LAST_APPLIED not in annotations:
         return
+    # The map may be the live object's own.
+    annotations = meta["annotations"] = dict(annotations)
     recorded = json_copy(config)
     sent = (recorded.get("metadata") or {}).get("annotations")
     if isinstance(sent, dict):
@@ -195,8 +209,36 @@ def server_side_apply(
     for conflicts. resourceVersion, uid, generation and creationTimestamp stay the live
     object's; preconditions, defaulting and validation are the caller's.
     """
+    applied: dict[str, Any] = json_copy(
+        apply_for_store(
+            live,
+            config,
+            manager=manager,
+            subresource=subresource,
+            force=force,
+            resource=resource,
+            now=now,
+        )
+    )
+    return applied
+
+
+def apply_for_store(
+    live: dict[str, Any] | None,
+    config: dict[str, Any],
+    *,
+    manager: str,
+    subresource: str | None,
+    force: bool,
+    resource: ResourceType,
+    now: str,
+) -> dict[str, Any]:
+    """server_side_apply without the copy: only the top level and the metadata of the
+    result are its own; everything below may be part of ``live``, of ``config``, or of
+    the managedFields of other stored objects, so nothing below may be changed in place.
+    """
     t = root_type(resource.schema)
-    _check_config(config, resource, t)
+    config_fields = _check_config(config, resource, t)
     has_status = "status" in resource.subresources
     base = without_managed_fields(live) if live is not None else {}
     try:
@@ -212,18 +254,20 @@ def server_side_apply(
     key = ManagerKey(manager, APPLY, "", subresource or "")
     last = managed.sets.get(key)
     merged = merge(base, config, t)
-    applied = _owned_part(to_field_set(config, t), subresource, has_status)
+    applied = _owned_part(config_fields, subresource, has_status)
     managed.sets[key] = VersionedSet(applied, resource.group_version, True)
     if last is not None and not last.fields.empty():
-        merged = _prune(merged, managed, last.fields, t)
+        merged = _prune(merged, managed, last.fields, applied, t)
     result = _reset(base, merged, subresource, has_status)
 
     diff = compare(base, result, t)
     changed = diff.modified.union(diff.added)
     conflicts: dict[ManagerKey, FieldSet] = {}
     for other, versioned in managed.sets.items():
+        if other == key:
+            continue
         clash = versioned.fields.intersection(changed)
-        if other != key and not clash.empty():
+        if not clash.empty():
             conflicts[other] = clash
     if conflicts and not force:
         raise _conflict_error(conflicts)
@@ -242,10 +286,13 @@ def server_side_apply(
     if mine.empty():
         managed.drop(key)
     else:
+        if last is not None and mine.same(last.fields):
+            # The same set as last time: keep that very set, whose FieldsV1 is known.
+            mine = last.fields
         managed.sets[key].fields = mine
 
-    out: dict[str, Any] = json_copy(result)
-    meta = out.setdefault("metadata", {})
+    out = dict(result)
+    meta = out["metadata"] = dict(out.get("metadata") or {})
     if live is not None:
         live_meta = live.get("metadata") or {}
         for name in _IDENTITY:
@@ -255,5 +302,5 @@ def server_side_apply(
                 meta.pop(name, None)
     if manager == "kubectl" and subresource is None:
         _sync_last_applied(out, config)
-    write_managed_fields(out, managed)
+    write_managed_fields(out, managed, share=True)
     return out

@@ -15,7 +15,7 @@ from aiohttp import web
 from . import status
 from .resources import ResourceType
 from .routing import query_flag
-from .selectors import labels_match, parse_field_selector, parse_label_selector
+from .selectors import labels_match, parse_field_selector, parse_label_selector, pinned_value
 from .status import ApiError
 from .store import Expired, Obj, Store, Watcher, dumps
 
@@ -123,7 +123,8 @@ async def serve_watch(
 
     # Register before reading the current state, with no await in between: every event
     # committed after the snapshot reaches the watcher, none twice.
-    watcher = store.watch(resource.qualified, namespace, labels, fields)
+    name = pinned_value(query.get("fieldSelector"), "metadata.name")
+    watcher = store.watch(resource.qualified, namespace, labels, fields, name=name)
     first: list[bytes] = []
     expired = False
     if initial:
@@ -174,9 +175,17 @@ class _EncodingResponse(web.StreamResponse):
             data = self._encode(bytes(data))
         await super().write(data)
 
+    async def write_lines(self, lines: list[bytes]) -> None:
+        """Event lines in one write (one TLS record, one send) when they pass unchanged."""
+        if self._encode is not None:
+            for line in lines:
+                await self.write(line)
+        else:
+            await super().write(b"".join(lines))
+
 
 async def _pump(
-    response: web.StreamResponse,
+    response: _EncodingResponse,
     store: Store,
     watcher: Watcher,
     resource: ResourceType,
@@ -205,6 +214,17 @@ async def _pump(
             continue
         if line is None:
             return
-        await response.write(line)
+        # Events that queued up meanwhile (a busy server) go out together.
+        lines = [line]
+        ending = False
+        while not watcher.queue.empty():
+            more = watcher.queue.get_nowait()
+            if more is None:
+                ending = True
+                break
+            lines.append(more)
+        await response.write_lines(lines)
+        if ending:
+            return
     if bookmarks and watcher.queue.empty():
         await response.write(_bookmark(resource, store.rv))

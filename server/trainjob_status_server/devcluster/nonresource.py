@@ -12,7 +12,7 @@ from aiohttp import web
 from . import discovery, openapi, printers
 from .authz import User
 from .resources import ResourceType
-from .store import dumps
+from .store import dumps, dumps_object
 from .tokens import TokenIssuer
 
 _HEALTH = ("/healthz", "/livez", "/readyz")
@@ -109,4 +109,4 @@ class NonResourcePaths:
                 body=dumps(table),
                 headers={"Content-Type": "application/json;as=Table;v=v1;g=meta.k8s.io"},
             )
-        return self._json(code, body)
+        return web.Response(status=code, body=dumps_object(body), content_type="application/json")

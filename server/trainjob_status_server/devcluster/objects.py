@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 import uuid
 from typing import Any
 
 from .resources import ResourceType
+from .typedops import json_copy
 
 Obj = dict[str, Any]
 
@@ -31,7 +33,12 @@ SYSTEM_METADATA = (
 
 def rfc3339(now: float) -> str:
     """Seconds precision, UTC, ``Z``: the metav1.Time wire form."""
-    return dt.datetime.fromtimestamp(int(now), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _rfc3339(int(now))
+
+
+@functools.lru_cache(maxsize=64)
+def _rfc3339(seconds: int) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _has_status(resource: ResourceType) -> bool:
@@ -118,7 +125,7 @@ def for_status_update(old: Obj, new: Obj) -> Obj:
     if "managedFields" in new.get("metadata", {}):
         obj["metadata"]["managedFields"] = new["metadata"]["managedFields"]
     if "status" in new:
-        obj["status"] = copy.deepcopy(new["status"])
+        obj["status"] = json_copy(new["status"])
     return obj
 
 
@@ -134,6 +141,10 @@ def _without_bookkeeping(obj: Obj) -> Obj:
 def unchanged(old: Obj, new: Obj) -> bool:
     """A write that changes nothing but managedFields times is not stored (no new
     resourceVersion, no watch event), as on a real server."""
+    for key, value in old.items():
+        # The usual answer (the spec or status changed), without copying metadata.
+        if key != "metadata" and (key not in new or not (new[key] is value or new[key] == value)):
+            return False
     return _without_bookkeeping(old) == _without_bookkeeping(new)
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import bodies, objects, status
-from .apply import server_side_apply
+from .apply import apply_for_store
 from .faults import RequestInfo
 from .fieldmanager import manager_from_user_agent, track_update
 from .objectmeta import validate_name
@@ -179,6 +179,7 @@ class ResourceApi:
             api_version=resource.group_version,
             now=objects.rfc3339(self.clock()),
             schema=resource.schema,
+            share=True,
         )
         return Answer(201, self._store(call, new, None))
 
@@ -231,6 +232,7 @@ class ResourceApi:
             api_version=resource.group_version,
             now=objects.rfc3339(self.clock()),
             schema=resource.schema,
+            share=True,
         )
         return Answer(200, self._store(call, new, live))
 
@@ -296,7 +298,7 @@ class ResourceApi:
             if info.subresource:
                 raise self._not_found(resource, info.name)
             config.setdefault("metadata", {})["name"] = info.name
-            applied = server_side_apply(
+            applied = apply_for_store(
                 None,
                 config,
                 manager=manager,
@@ -307,7 +309,7 @@ class ResourceApi:
             )
             return self.create_from(call, applied)
         self._check_rv(call, live, meta.get("resourceVersion"))
-        applied = server_side_apply(
+        applied = apply_for_store(
             live,
             config,
             manager=manager,

@@ -128,6 +128,8 @@ def _default(value: Any, node: Node) -> None:
     kind = type(value)
     if kind is dict:
         props, extra = node.properties, node.additional
+        if not props and extra is None:
+            return
         for key in [k for k, v in value.items() if v is None]:
             prop = props.get(key) or extra
             if prop is not None and not prop.nullable:
@@ -135,33 +137,40 @@ def _default(value: Any, node: Node) -> None:
                     value[key] = copy.deepcopy(prop.default)
                 else:
                     del value[key]
-        for key, prop in props.items():
-            if prop.has_default and key not in value:
+        for key, prop in node.defaulted:
+            if key not in value:
                 value[key] = copy.deepcopy(prop.default)
         for key, item in value.items():
-            prop = props.get(key) or extra
-            if prop is not None:
-                _default(item, prop)
+            # Only maps and lists have anything below them to default.
+            if type(item) is dict or type(item) is list:
+                prop = props.get(key) or extra
+                if prop is not None:
+                    _default(item, prop)
     elif kind is list and node.items is not None:
         items = node.items
         for i, item in enumerate(value):
             if item is None and not items.nullable and items.has_default:
                 value[i] = item = copy.deepcopy(items.default)
-            _default(item, items)
+            if type(item) is dict or type(item) is list:
+                _default(item, items)
 
 
 def _prune(value: Any, node: Node, path: str, removed: list[str], *, resource: bool) -> None:
     kind = type(value)
     if kind is dict:
+        props, extra = node.properties, node.additional
         for key in list(value):
             if resource and key in _META_FIELDS:
                 continue
-            sub = f"{path}.{key}" if path else key
-            prop = node.properties.get(key) or node.additional
+            prop = props.get(key) or extra
             if prop is not None:
-                _prune(value[key], prop, sub, removed, resource=prop.embedded)
+                # Nothing is pruned from a scalar: no path to build for it.
+                item = value[key]
+                if type(item) is dict or (type(item) is list and prop.items is not None):
+                    sub = f"{path}.{key}" if path else key
+                    _prune(item, prop, sub, removed, resource=prop.embedded)
             elif not node.preserve_unknown:
-                removed.append(sub)
+                removed.append(f"{path}.{key}" if path else key)
                 del value[key]
     elif kind is list and node.items is not None:
         for i, item in enumerate(value):
@@ -215,6 +224,25 @@ def _map_list_errors(value: list[Any], node: Node, field: str) -> list[Cause]:
     return out
 
 
+# Causes _run_rules found on a value compared with itself (a subtree a write did not
+# touch, shared with the stored object), by (node, value, field): a pure function of them,
+# and stored values never change.
+_UNTOUCHED: dict[tuple[int, int, str | None], tuple[Node, Any, tuple[Cause, ...]]] = {}
+_UNTOUCHED_LIMIT = 4096
+
+
+def _run_untouched(node: Node, value: Any, field: str | None, out: list[Cause]) -> None:
+    key = (id(node), id(value), field)
+    known = _UNTOUCHED.get(key)
+    if known is None or known[0] is not node or known[1] is not value:
+        found: list[Cause] = []
+        _run_rules(node, value, value, True, field, found)
+        if len(_UNTOUCHED) >= _UNTOUCHED_LIMIT:
+            del _UNTOUCHED[next(iter(_UNTOUCHED))]
+        known = _UNTOUCHED[key] = (node, value, tuple(found))
+    out.extend(known[2])
+
+
 def _run_rules(
     node: Node, value: Any, old: Any, has_old: bool, field: str | None, out: list[Cause]
 ) -> None:
@@ -236,19 +264,26 @@ def _run_rules(
     kind = type(value)
     if kind is dict:
         olds = old if has_old and type(old) is dict else None
+        props, extra = node.properties, node.additional
         for key, item in value.items():
-            prop = node.properties.get(key)
+            prop = props.get(key)
             if prop is not None:
+                if not prop.rules_below:
+                    continue
                 sub = _child(field, key)
-            elif node.additional is not None:
-                prop, sub = node.additional, f"{field or ''}[{key}]"
+            elif extra is not None:
+                if not extra.rules_below:
+                    continue
+                prop, sub = extra, f"{field or ''}[{key}]"
             else:
                 continue
-            if prop.rules_below:
-                if olds is not None and key in olds:
-                    _run_rules(prop, item, olds[key], True, sub, out)
+            if olds is not None and key in olds:
+                if item is olds[key] and item is not None:
+                    _run_untouched(prop, item, sub, out)
                 else:
-                    _run_rules(prop, item, None, False, sub, out)
+                    _run_rules(prop, item, olds[key], True, sub, out)
+            else:
+                _run_rules(prop, item, None, False, sub, out)
     elif kind is list and node.items is not None and node.items.rules_below:
         items = node.items
         by_key = (

@@ -109,12 +109,13 @@ class Node:
     # One attribute per constraint, read once from the schema dict.
     # fmt: off
     __slots__ = (
-        "additional", "default", "embedded", "enum", "enum_detail", "excl_max", "excl_min",
-        "format", "format_check", "has_default", "int_or_string", "items", "list_keys",
-        "list_type", "lists_below", "max_items", "max_length", "max_props", "maximum",
-        "min_items", "min_length", "min_props", "minimum", "multiple_of", "nullable",
+        "additional", "default", "defaulted", "embedded", "enum", "enum_detail", "excl_max",
+        "excl_min", "format", "format_check", "has_default", "int_or_string", "items",
+        "list_keys", "list_type", "lists_below", "max_items", "max_length", "max_props",
+        "maximum", "min_items", "min_length", "min_props", "minimum", "multiple_of", "nullable",
         "number_checks", "pattern", "pattern_re", "plain_types", "preserve_unknown",
-        "properties", "raw", "required", "rules", "rules_below", "string_checks", "type",
+        "properties", "quick", "raw", "required", "rules", "rules_below", "string_checks",
+        "type",
     )
     # fmt: on
 
@@ -153,6 +154,8 @@ class Node:
         self.embedded = bool(raw.get("x-kubernetes-embedded-resource"))
         self.has_default = "default" in raw
         self.default: Any = raw.get("default")
+        # The properties with a default, in schema order (the order defaults are set in).
+        self.defaulted = tuple((k, p) for k, p in self.properties.items() if p.has_default)
         self.list_type: str | None = raw.get("x-kubernetes-list-type")
         self.list_keys: tuple[str, ...] = tuple(raw.get("x-kubernetes-list-map-keys", ()))
         # Fast paths for the common case of a well-typed value: the Python types that pass
@@ -175,6 +178,9 @@ class Node:
             or self.maximum is not None
             or self.multiple_of is not None
         )
+        # A test that a value certainly passes check() (None: no such shortcut), so the
+        # common well-formed leaf costs neither a call nor its message path.
+        self.quick = _quick(self)
         # Filled in by the owner (StructuralSchema): compiled CEL rules, and whether any
         # node below carries rules or set/map lists, so those passes skip bare subtrees.
         self.rules: list[Any] = []
@@ -374,8 +380,12 @@ class Node:
         for key, item in value.items():
             node = props.get(key)
             if node is not None:
+                if node.quick is not None and node.quick(item):
+                    continue
                 sub = f"{path}.{key}" if path else key
             elif extra is not None:
+                if extra.quick is not None and extra.quick(item):
+                    continue
                 # go-openapi joins additionalProperties paths with a dot even at the root.
                 node, sub = extra, f"{path}.{key}"
             else:
@@ -387,6 +397,37 @@ class Node:
         for key in self.required:
             if key not in value:
                 out.append(Fault(REQUIRED, f"{path}.{key}", None, ""))
+
+
+def _quick(node: Node) -> Callable[[Any], bool] | None:
+    """What check() finds nothing wrong with, for plain scalar schemas (others: None)."""
+    if node.enum is not None or node.int_or_string:
+        return None
+    if node.type == "boolean":
+        return lambda v: type(v) is bool
+    if node.type == "string" and node.pattern_re is None and node.format_check is None:
+        short = node.min_length or 0
+        long = node.max_length if node.max_length is not None else math.inf
+        return lambda v: type(v) is str and short <= len(v) <= long
+    if node.type == "integer" and node.multiple_of is None:
+        low, high = _INT_RANGES.get(node.format, _INT64)
+        floor, ceiling = node.minimum, node.maximum
+        above: Callable[[int], bool] = (
+            (lambda v: True)
+            if floor is None
+            else (lambda v: v > floor)
+            if node.excl_min
+            else (lambda v: v >= floor)
+        )
+        below: Callable[[int], bool] = (
+            (lambda v: True)
+            if ceiling is None
+            else (lambda v: v < ceiling)
+            if node.excl_max
+            else (lambda v: v <= ceiling)
+        )
+        return lambda v: type(v) is int and low <= v <= high and above(v) and below(v)
+    return None
 
 
 class _Missing:

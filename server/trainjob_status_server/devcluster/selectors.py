@@ -89,27 +89,21 @@ def labels_match(requirements: list[Requirement], obj: Mapping[str, Any]) -> boo
     return all(r.matches(labels) for r in requirements)
 
 
-def _field_value(obj: Mapping[str, Any], path: str) -> str | None:
+def field_value(obj: Mapping[str, Any], path: str) -> str:
+    """The value a field selector compares for ``path`` ("" when there is none)."""
     current: Any = obj
     for part in path.split("."):
         if not isinstance(current, Mapping) or part not in current:
-            return None
+            return ""
         current = current[part]
     if current is None:
-        return None
+        return ""
     if isinstance(current, bool):
         return "true" if current else "false"
     return str(current)
 
 
-def parse_field_selector(text: str | None) -> Callable[[Mapping[str, Any]], bool]:
-    """``metadata.name=x,involvedObject.uid=y,status.phase!=Running``: a predicate.
-
-    Any dotted path is accepted (the real server restricts each type to a few indexed
-    fields; our clients only use the indexed ones).
-    """
-    if not text:
-        return lambda _obj: True
+def _field_terms(text: str) -> list[tuple[str, bool, str]]:
     terms: list[tuple[str, bool, str]] = []
     for part in _split_top_level(text):
         if "!=" in part:
@@ -120,13 +114,31 @@ def parse_field_selector(text: str | None) -> Callable[[Mapping[str, Any]], bool
             terms.append((key.strip(), True, value.strip()))
         else:
             raise _bad_selector("field", text)
+    return terms
+
+
+def parse_field_selector(text: str | None) -> Callable[[Mapping[str, Any]], bool]:
+    """``metadata.name=x,involvedObject.uid=y,status.phase!=Running``: a predicate.
+
+    Any dotted path is accepted (the real server restricts each type to a few indexed
+    fields; our clients only use the indexed ones).
+    """
+    if not text:
+        return lambda _obj: True
+    terms = _field_terms(text)
 
     def predicate(obj: Mapping[str, Any]) -> bool:
-        for key, equal, value in terms:
-            actual = _field_value(obj, key)
-            actual = "" if actual is None else actual
-            if (actual == value) != equal:
-                return False
-        return True
+        return all((field_value(obj, key) == value) == equal for key, equal, value in terms)
 
     return predicate
+
+
+def pinned_value(text: str | None, path: str) -> str | None:
+    """The value a field selector requires ``path`` to have (``metadata.name=x``), if any:
+    only objects whose field_value is that value can match it."""
+    if not text:
+        return None
+    for key, equal, value in _field_terms(text):
+        if equal and key == path:
+            return value
+    return None

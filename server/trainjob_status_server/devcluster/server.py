@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -91,11 +91,11 @@ class ClusterApp:
             return self.store.get("clusterroles.rbac.authorization.k8s.io", "", name)
         return self.store.get("roles.rbac.authorization.k8s.io", namespace, name)
 
-    def _bindings(self, namespace: str) -> list[Obj]:
-        found = self.store.list("clusterrolebindings.rbac.authorization.k8s.io")
+    def _bindings(self, namespace: str) -> Iterator[Obj]:
+        # Lazy: the admin and public paths never look at a binding.
+        yield from self.store.list("clusterrolebindings.rbac.authorization.k8s.io")
         if namespace:
-            found += self.store.list("rolebindings.rbac.authorization.k8s.io", namespace)
-        return found
+            yield from self.store.list("rolebindings.rbac.authorization.k8s.io", namespace)
 
     # -- dispatch ------------------------------------------------------------------------
 

@@ -15,15 +15,34 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .selectors import Requirement, labels_match
+from .selectors import Requirement, field_value, labels_match
 
 Obj = dict[str, Any]
 FieldPredicate = Callable[[Mapping[str, Any]], bool]
 
 
+# json.dumps with these options builds an encoder per call; one is enough.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+
+
 def dumps(obj: Any) -> bytes:
     """Compact JSON with sorted keys, as the API server marshals unstructured objects."""
-    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+    return _ENCODER.encode(obj).encode()
+
+
+# The JSON of recently committed objects that watchers were sent, by id: the answer to the
+# write that stored the object is the same JSON. Stored objects never change, so an entry
+# whose object is the one asked about is its JSON.
+_ENCODED: dict[int, tuple[Obj, bytes]] = {}
+_ENCODED_LIMIT = 64
+
+
+def dumps_object(obj: Obj) -> bytes:
+    """``dumps(obj)``, without encoding again an object a watch event just carried."""
+    known = _ENCODED.get(id(obj))
+    if known is not None and known[0] is obj:
+        return known[1]
+    return dumps(obj)
 
 
 @dataclass
@@ -41,7 +60,14 @@ class Event:
         kind = event_type or self.type
         cached = self._lines.get(kind)
         if cached is None:
-            cached = dumps({"type": kind, "object": self.obj}) + b"\n"
+            encoded = self._lines.get("")
+            if encoded is None:
+                encoded = self._lines[""] = dumps(self.obj)
+                if len(_ENCODED) >= _ENCODED_LIMIT:
+                    del _ENCODED[next(iter(_ENCODED))]
+                _ENCODED[id(self.obj)] = (self.obj, encoded)
+            # Exactly dumps({"type": kind, "object": obj}): keys sorted, no spaces.
+            cached = b'{"object":' + encoded + b',"type":' + dumps(kind) + b"}\n"
             self._lines[kind] = cached
         return cached
 
@@ -60,11 +86,14 @@ class Watcher:
         labels: builtins.list[Requirement],
         fields: FieldPredicate,
         max_queue: int,
+        name: str | None = None,
     ) -> None:
         self.resource = resource
         self.namespace = namespace
         self.labels = labels
         self.fields = fields
+        # The metadata.name the field selector requires, if it requires one.
+        self.name = name
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.max_queue = max_queue
         self.closed = False
@@ -136,9 +165,11 @@ class Store:
         self._history: deque[Event] = deque(maxlen=history_size)
         # Watches may resume from any resourceVersion >= this one.
         self._window_start = 1
-        # Watchers by (resource, namespace or None): a commit only visits the watchers
-        # that can want it, so thousands of idle watches cost nothing per write.
+        # Watchers by (resource, namespace or None), and those whose field selector names
+        # one object by (resource, namespace or None, name): a commit only visits the
+        # watchers that can want it, so thousands of idle watches cost nothing per write.
         self._watchers: dict[tuple[str, str | None], set[Watcher]] = {}
+        self._named: dict[tuple[str, str | None, str], set[Watcher]] = {}
         self._watch_queue_limit = watch_queue_limit
 
     # -- reads ---------------------------------------------------------------------------
@@ -164,9 +195,16 @@ class Store:
             self._window_start = self._history[0].rv
         self._history.append(event)
         namespace = obj["metadata"].get("namespace", "")
+        names = {field_value(obj, "metadata.name")}
+        if old is not None:
+            names.add(field_value(old, "metadata.name"))
         for key in ((resource, namespace), (resource, None)):
             for watcher in list(self._watchers.get(key, ())):
                 watcher.offer(event)
+            if self._named:
+                for name in names:
+                    for watcher in list(self._named.get((*key, name), ())):
+                        watcher.offer(event)
         return event
 
     def create(self, resource: str, obj: Obj) -> Obj:
@@ -210,27 +248,36 @@ class Store:
         namespace: str | None,
         labels: builtins.list[Requirement],
         fields: FieldPredicate,
+        *,
+        name: str | None = None,
     ) -> Watcher:
-        watcher = Watcher(resource, namespace, labels, fields, self._watch_queue_limit)
-        self._watchers.setdefault((resource, namespace), set()).add(watcher)
+        """A new watcher; ``name``: the metadata.name ``fields`` requires, if any (it is
+        then only offered that object's events, which are the only ones it can select)."""
+        watcher = Watcher(resource, namespace, labels, fields, self._watch_queue_limit, name)
+        self._index(watcher).setdefault(self._key(watcher), set()).add(watcher)
         return watcher
 
+    def _index(self, watcher: Watcher) -> dict[Any, set[Watcher]]:
+        return self._watchers if watcher.name is None else self._named
+
+    @staticmethod
+    def _key(watcher: Watcher) -> tuple[Any, ...]:
+        if watcher.name is None:
+            return (watcher.resource, watcher.namespace)
+        return (watcher.resource, watcher.namespace, watcher.name)
+
     def unwatch(self, watcher: Watcher) -> None:
-        key = (watcher.resource, watcher.namespace)
-        group = self._watchers.get(key)
+        index, key = self._index(watcher), self._key(watcher)
+        group = index.get(key)
         if group is not None:
             group.discard(watcher)
             if not group:
-                del self._watchers[key]
+                del index[key]
         watcher.close()
 
     def watchers(self, resource: str | None = None) -> builtins.list[Watcher]:
-        return [
-            w
-            for (kind, _), group in self._watchers.items()
-            for w in group
-            if resource is None or kind == resource
-        ]
+        groups = [*self._watchers.items(), *self._named.items()]
+        return [w for key, group in groups for w in group if resource in (None, key[0])]
 
     def close_watches(self, resource: str | None = None) -> int:
         """Close open watches (all, or one resource's); returns how many were closed."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from .fieldsets import index_pe, key_pe, pe_string, value_pe
 from .gofmt import go_sharp_v, go_type, go_v
@@ -27,6 +27,8 @@ __all__ = [
     "MapType",
     "Scalar",
     "TypeRef",
+    "fits",
+    "has_assoc",
     "item_pe",
     "object_meta",
     "resolve",
@@ -37,9 +39,23 @@ __all__ = [
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
+_PLAIN: dict[str, tuple[type, ...]] = {
+    "numeric": (int, float),
+    "string": (str,),
+    "boolean": (bool,),
+    "untyped": (str, int, float, bool),
+}
+
+
 @dataclass(frozen=True)
 class Scalar:
     kind: str  # "numeric", "string", "boolean" or "untyped"
+    assoc_below: ClassVar[bool] = False
+    # Python types of decoded values that certainly fit (a fast path for the checks).
+    plain: frozenset[type] = field(init=False, compare=False, repr=False, default=frozenset())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plain", frozenset((type(None), *_PLAIN[self.kind])))
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,6 +65,14 @@ class MapType:
     fields: Mapping[str, TypeRef] = field(default_factory=lambda: _EMPTY)
     element: TypeRef | None = None
     atomic: bool = False
+    # Whether a value of this type can hold an associative list: only there does a
+    # merge with nothing on the other side differ from the value itself (it drops items
+    # with duplicate keys), so elsewhere a merge may hand the value back untouched.
+    assoc_below: bool = field(init=False, default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        below = has_assoc(self.element) or any(has_assoc(t) for t in self.fields.values())
+        object.__setattr__(self, "assoc_below", below)
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,6 +83,10 @@ class ListType:
     associative: bool = False
     keys: tuple[str, ...] = ()
     key_defaults: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    assoc_below: bool = field(init=False, default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "assoc_below", self.associative or has_assoc(self.element))
 
 
 @dataclass(frozen=True)
@@ -66,10 +94,18 @@ class Deduced:
     """A value typed by what it is. ``atomic`` maps are replaced whole, others merge."""
 
     atomic: bool = False
+    # Deduced lists are atomic: there is never an associative list below.
+    assoc_below: ClassVar[bool] = False
 
 
 TypeRef = Scalar | MapType | ListType | Deduced
 Atom = Scalar | MapType | ListType
+
+
+def has_assoc(t: TypeRef | None) -> bool:
+    """Whether a value of type ``t`` may hold an associative list."""
+    return t is not None and t.assoc_below
+
 
 DEDUCED = Deduced(atomic=False)
 _UNTYPED = Deduced(atomic=True)
@@ -251,8 +287,8 @@ def item_pe(t: ListType, item: Any) -> str:
 def _scalar_error(t: Scalar, value: Any) -> str | None:
     if value is None:
         return None
-    is_scalar = not isinstance(value, dict | list)
-    if t.kind == "numeric" and (isinstance(value, bool) or not isinstance(value, int | float)):
+    is_scalar = not isinstance(value, (dict, list))
+    if t.kind == "numeric" and (isinstance(value, bool) or not isinstance(value, (int, float))):
         return f"expected numeric (int or float), got {go_type(value)}"
     if t.kind == "string" and not isinstance(value, str):
         return f"expected string, got &value.valueUnstructured{{Value:{go_sharp_v(value)}}}"
@@ -307,8 +343,57 @@ def _check(value: Any, t: TypeRef, path: str, errors: list[str]) -> None:
         _check(value[key], child, f"{path}.{key}", errors)
 
 
+def fits(value: Any, t: TypeRef) -> bool:
+    """Whether typed_errors finds nothing: the same walk without building paths or
+    messages, as nearly every configuration fits."""
+    atom = resolve(t, value) if type(t) is Deduced else t
+    if type(atom) is Scalar:
+        if value is None or type(value) in atom.plain:
+            return True
+        kind = atom.kind
+        if kind == "string":
+            return isinstance(value, str)
+        if kind == "numeric":
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+        if kind == "boolean":
+            return isinstance(value, bool)
+        return not isinstance(value, (dict, list))
+    if value is None:
+        return True
+    if isinstance(atom, MapType):
+        if not isinstance(value, dict):
+            return False
+        fields, extra = atom.fields, atom.element
+        for key, item in value.items():
+            child = fields.get(key) or extra
+            if child is None:
+                return False
+            if type(child) is Scalar and type(item) in child.plain:
+                continue
+            if not fits(item, child):
+                return False
+        return True
+    if not isinstance(value, list) or not isinstance(atom, ListType):
+        return False
+    element = atom.element
+    if not atom.associative:
+        return all(fits(item, element) for item in value)
+    seen: set[str] = set()
+    for item in value:
+        try:
+            pe = item_pe(atom, item)
+        except ValueError:
+            return False
+        if pe in seen or not fits(item, element):
+            return False
+        seen.add(pe)
+    return True
+
+
 def typed_errors(value: Any, t: TypeRef) -> str | None:
     """Why ``value`` cannot be converted to type ``t``, worded as Go words it, or None."""
+    if fits(value, t):
+        return None
     errors: list[str] = []
     _check(value, t, "", errors)
     if not errors:

@@ -12,19 +12,30 @@ treated as a plain leaf replaced whole rather than as errors.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from .fieldsets import FieldSet, Path, field_pe
-from .typed import DEDUCED, ListType, MapType, Scalar, TypeRef, item_pe, resolve
+from .typed import (
+    DEDUCED,
+    Atom,
+    Deduced,
+    ListType,
+    MapType,
+    Scalar,
+    TypeRef,
+    fits,
+    item_pe,
+    resolve,
+)
 
 __all__ = [
     "MISSING",
     "Comparison",
     "compare",
     "ensure_named_fields_are_members",
+    "fitted_field_set",
     "json_copy",
     "json_equal",
     "merge",
@@ -54,14 +65,23 @@ def json_equal(a: Any, b: Any) -> bool:
     if a is b:
         # Merged objects share untouched subtrees with their inputs.
         return True
+    if a != b:
+        # Equal JSON values are equal in Python (which also takes true for 1): a cheap no.
+        return False
+    return _json_equal(a, b)
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return a == b
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and bool(a == b)
 
 
@@ -90,32 +110,129 @@ def _index(atom: ListType, items: list[Any]) -> tuple[list[str], dict[str, Any]]
 def to_field_set(value: Any, t: TypeRef) -> FieldSet:
     """The paths an applied configuration sets."""
     out = FieldSet()
-    _to_set(value, t, (), out)
+    atom = resolve(t, value)
+    if not _owned_whole(atom):
+        _fill(value, atom, out)
     return out
 
 
-def _to_set(value: Any, t: TypeRef, path: Path, out: FieldSet) -> None:
+def _owned_whole(atom: Atom) -> bool:
+    if isinstance(atom, MapType):
+        return atom.atomic
+    return isinstance(atom, Scalar) or not atom.associative
+
+
+def _add(value: Any, t: TypeRef, node: FieldSet, pe: str) -> None:
+    """Add the paths ``value`` sets under ``node``'s element ``pe``."""
+    if type(t) is Scalar:
+        node.members.add(pe)
+        return
     atom = resolve(t, value)
-    if isinstance(atom, Scalar):
-        out.insert(path)
-    elif isinstance(atom, ListType):
-        if not atom.associative:
-            out.insert(path)
-            return
+    if _owned_whole(atom):
+        node.members.add(pe)
+        return
+    child = FieldSet()
+    _fill(value, atom, child)
+    if child.members or child.children:
+        node.children[pe] = child
+
+
+def _fill(value: Any, atom: Atom, node: FieldSet) -> None:
+    """Add the paths below a map or associative list to ``node`` (the value's own)."""
+    if isinstance(atom, ListType):
         indexed = _index(atom, value) if isinstance(value, list) else None
         for pe, item in (indexed[1] if indexed else {}).items():
-            _to_set(item, atom.element, (*path, pe), out)
-            out.insert((*path, pe))
-    elif atom.atomic:
-        out.insert(path)
-    elif isinstance(value, dict):
+            _add(item, atom.element, node, pe)
+            node.members.add(pe)
+    elif isinstance(atom, MapType) and isinstance(value, dict):
+        fields = atom.fields
         for key, item in value.items():
-            child = (*path, field_pe(key))
-            _to_set(item, _child_type(atom, key), child, out)
+            pe = "f:" + key
+            _add(item, fields.get(key) or atom.element or DEDUCED, node, pe)
             # A struct field is owned through its leaves, unless it is null or an empty
             # map; map keys (labels, deduced objects) are always owned themselves.
-            if item is None or item == {} or key not in atom.fields:
-                out.insert(child)
+            if item is None or item == {} or key not in fields:
+                node.members.add(pe)
+
+
+def fitted_field_set(value: Any, t: TypeRef) -> FieldSet | None:
+    """``to_field_set(value, t)`` when ``typed_errors(value, t)`` finds nothing, else None:
+    both walks in one, as every apply needs both."""
+    atom = resolve(t, value)
+    out = FieldSet()
+    if _owned_whole(atom):
+        return out if fits(value, t) else None
+    return out if _fit_fill(value, atom, out) else None
+
+
+def _fit_add(value: Any, t: TypeRef, node: FieldSet, pe: str) -> bool:
+    if type(t) is Scalar:
+        if type(value) not in t.plain and not fits(value, t):
+            return False
+        node.members.add(pe)
+        return True
+    atom = resolve(t, value)
+    if _owned_whole(atom):
+        if not fits(value, t):
+            return False
+        node.members.add(pe)
+        return True
+    child = _new_set()
+    if not _fit_fill(value, atom, child):
+        return False
+    if child.members or child.children:
+        node.children[pe] = child
+    return True
+
+
+def _fit_fill(value: Any, atom: Atom, node: FieldSet) -> bool:
+    """_fill for a map or associative list atom, False where ``fits`` would be."""
+    if value is None:
+        return True
+    if isinstance(atom, ListType):
+        if not isinstance(value, list):
+            return False
+        seen: set[str] = set()
+        for item in value:
+            try:
+                pe = item_pe(atom, item)
+            except ValueError:
+                return False
+            if pe in seen or not _fit_add(item, atom.element, node, pe):
+                return False
+            seen.add(pe)
+            node.members.add(pe)
+        return True
+    if not isinstance(value, dict) or not isinstance(atom, MapType):
+        return False
+    return _fit_map(value, atom, node)
+
+
+def _fit_map(value: dict[str, Any], atom: MapType, node: FieldSet) -> bool:
+    fields, extra = atom.fields, atom.element
+    members = node.members
+    for key, item in value.items():
+        child = fields.get(key) or extra
+        if child is None:
+            return False
+        pe = "f:" + key
+        if type(child) is Scalar:
+            # A scalar is owned itself (and a map or {} does not fit one).
+            if type(item) not in child.plain and not fits(item, child):
+                return False
+            members.add(pe)
+            continue
+        if type(child) is MapType and type(item) is dict and not child.atomic:
+            sub = _new_set()
+            if not _fit_map(item, child, sub):
+                return False
+            if sub.members or sub.children:
+                node.children[pe] = sub
+        elif not _fit_add(item, child, node, pe):
+            return False
+        if item is None or item == {} or key not in fields:
+            members.add(pe)
+    return True
 
 
 def ensure_named_fields_are_members(fs: FieldSet, t: TypeRef) -> FieldSet:
@@ -138,18 +255,18 @@ def ensure_named_fields_are_members(fs: FieldSet, t: TypeRef) -> FieldSet:
 # -- merge and compare ------------------------------------------------------------------
 
 
+def _new_set() -> FieldSet:
+    return FieldSet._make(set(), {})
+
+
 @dataclass
 class Comparison:
-    added: FieldSet = field(default_factory=FieldSet)
-    modified: FieldSet = field(default_factory=FieldSet)
-    removed: FieldSet = field(default_factory=FieldSet)
+    added: FieldSet = field(default_factory=_new_set)
+    modified: FieldSet = field(default_factory=_new_set)
+    removed: FieldSet = field(default_factory=_new_set)
 
     def same(self) -> bool:
         return self.added.empty() and self.modified.empty() and self.removed.empty()
-
-
-Leaf = Callable[[Any, Any, Path], Any]
-Hook = Callable[[Any, Any, Path], None]
 
 
 def _same_shape(atom: Any, value: Any) -> bool:
@@ -159,53 +276,70 @@ def _same_shape(atom: Any, value: Any) -> bool:
         return isinstance(value, list)
     if isinstance(atom, MapType):
         return isinstance(value, dict)
-    return not isinstance(value, dict | list)
+    return not isinstance(value, (dict, list))
 
 
 def _filled(value: Any) -> bool:
-    return isinstance(value, dict | list) and len(value) > 0
+    return isinstance(value, (dict, list)) and len(value) > 0
 
 
-def _walk(lhs: Any, rhs: Any, t: TypeRef, path: Path, leaf: Leaf, hook: Hook) -> Any:
-    atom = resolve(t, lhs if rhs is MISSING else rhs)
+def _is_leaf(atom: Atom, lhs: Any, rhs: Any) -> bool:
+    """Whether the walk treats this node whole; otherwise it is a filled map or map list."""
     if isinstance(atom, Scalar) or not (_same_shape(atom, lhs) and _same_shape(atom, rhs)):
-        return leaf(lhs, rhs, path)
+        return True
     # Two empty (or null) sides are a leaf too, which keeps {} apart from null.
     if atom.atomic if isinstance(atom, MapType) else not atom.associative:
-        return leaf(lhs, rhs, path)
-    if not _filled(lhs) and not _filled(rhs):
-        return leaf(lhs, rhs, path)
-    if isinstance(atom, MapType):
-        out: Any = _walk_map(lhs, rhs, atom, path, leaf, hook)
+        return True
+    return not _filled(lhs) and not _filled(rhs)
+
+
+def _merge(lhs: Any, rhs: Any, t: TypeRef) -> Any:
+    if rhs is MISSING:
+        if not t.assoc_below:
+            # Rebuilding would give an equal value: hand back the very same one.
+            return lhs
+        atom = resolve(t, lhs)
     else:
-        out = _walk_list(lhs, rhs, atom, path, leaf, hook)
-        if out is None:
-            return leaf(lhs, rhs, path)
-    hook(lhs, rhs, path)
-    return out
-
-
-def _walk_map(lhs: Any, rhs: Any, atom: MapType, path: Path, leaf: Leaf, hook: Hook) -> Any:
-    left = lhs if isinstance(lhs, dict) else {}
-    right = rhs if isinstance(rhs, dict) else {}
-    out: dict[str, Any] = {}
-    for key in [*left, *(k for k in right if k not in left)]:
-        merged = _walk(
-            left.get(key, MISSING),
-            right.get(key, MISSING),
-            _child_type(atom, key),
-            (*path, field_pe(key)),
-            leaf,
-            hook,
+        if lhs is MISSING and not t.assoc_below:
+            return rhs
+        atom = resolve(t, rhs) if isinstance(t, Deduced) else t
+    if type(atom) is MapType and type(lhs) is dict and type(rhs) is dict:
+        # The usual node: two maps to merge key by key (unless atomic or both empty).
+        if atom.atomic or not (lhs or rhs):
+            return rhs
+        return _merge_map(lhs, rhs, atom)
+    if _is_leaf(atom, lhs, rhs):
+        return lhs if rhs is MISSING else rhs
+    if isinstance(atom, MapType):
+        return _merge_map(
+            lhs if isinstance(lhs, dict) else {}, rhs if isinstance(rhs, dict) else {}, atom
         )
-        if merged is not MISSING:
-            out[key] = merged
+    merged = _merge_list(lhs, rhs, atom) if isinstance(atom, ListType) else None
+    if merged is None:
+        return lhs if rhs is MISSING else rhs
+    return merged
+
+
+def _merge_map(left: dict[str, Any], right: dict[str, Any], atom: MapType) -> dict[str, Any]:
+    fields, element = atom.fields, atom.element or DEDUCED
+    out: dict[str, Any] = {}
+    for key, item in left.items():
+        other = right.get(key, MISSING)
+        child = fields.get(key) or element
+        if other is MISSING:
+            out[key] = _merge(item, other, child) if child.assoc_below else item
+        elif type(child) is Scalar:
+            out[key] = other
+        else:
+            out[key] = _merge(item, other, child)
+    for key, item in right.items():
+        if key not in left:
+            child = fields.get(key) or element
+            out[key] = _merge(MISSING, item, child) if child.assoc_below else item
     return out
 
 
-def _walk_list(
-    lhs: Any, rhs: Any, atom: ListType, path: Path, leaf: Leaf, hook: Hook
-) -> list[Any] | None:
+def _merge_list(lhs: Any, rhs: Any, atom: ListType) -> list[Any] | None:
     left = _index(atom, lhs if isinstance(lhs, list) else [])
     right = _index(atom, rhs if isinstance(rhs, list) else [])
     if left is None or right is None:
@@ -215,11 +349,7 @@ def _walk_list(
     out: list[Any] = []
 
     def take(pe: str) -> None:
-        merged = _walk(
-            lfound.get(pe, MISSING), rfound.get(pe, MISSING), atom.element, (*path, pe), leaf, hook
-        )
-        if merged is not MISSING:
-            out.append(merged)
+        out.append(_merge(lfound.get(pe, MISSING), rfound.get(pe, MISSING), atom.element))
 
     # Items only on the left keep their place; shared items follow the right side's order
     # and items new on the right come where the right side has them.
@@ -258,40 +388,85 @@ def _walk_list(
     return out
 
 
-def _keep_right(lhs: Any, rhs: Any, path: Path) -> Any:
-    return lhs if rhs is MISSING else rhs
-
-
-def _no_hook(lhs: Any, rhs: Any, path: Path) -> None:
-    return None
-
-
 def merge(lhs: Any, rhs: Any, t: TypeRef) -> Any:
-    """``rhs`` merged over ``lhs``: maps and map lists merge, everything else is replaced."""
-    return _walk(lhs, rhs, t, (), _keep_right, _no_hook)
+    """``rhs`` merged over ``lhs``: maps and map lists merge, everything else is replaced.
+
+    Parts of the result may be parts of ``lhs`` or ``rhs`` themselves, not copies."""
+    return _merge(lhs, rhs, t)
 
 
 def compare(lhs: Any, rhs: Any, t: TypeRef) -> Comparison:
     """Which paths ``rhs`` added, modified and removed relative to ``lhs``."""
     result = Comparison()
-
-    def leaf(left: Any, right: Any, path: Path) -> Any:
-        if left is MISSING:
-            result.added.insert(path)
-        elif right is MISSING:
-            result.removed.insert(path)
-        elif not json_equal(left, right):
-            result.modified.insert(path)
-        return MISSING
-
-    def hook(left: Any, right: Any, path: Path) -> None:
-        if left is MISSING:
-            result.added.insert(path)
-        elif right is MISSING:
-            result.removed.insert(path)
-
-    _walk(lhs, rhs, t, (), leaf, hook)
+    if lhs is not rhs:
+        _compare(lhs, rhs, t, (), result)
     return result
+
+
+def _compare(lhs: Any, rhs: Any, t: TypeRef, path: Path, result: Comparison) -> None:
+    atom = resolve(t, lhs if rhs is MISSING else rhs) if isinstance(t, Deduced) else t
+    if type(atom) is MapType and type(lhs) is dict and type(rhs) is dict:
+        # The usual node: two maps compared key by key (unless atomic or both empty).
+        if atom.atomic or not (lhs or rhs):
+            _compare_leaf(lhs, rhs, path, result)
+        else:
+            _compare_map(lhs, rhs, atom, path, result)
+        return
+    if _is_leaf(atom, lhs, rhs):
+        _compare_leaf(lhs, rhs, path, result)
+        return
+    if isinstance(atom, MapType):
+        left = lhs if isinstance(lhs, dict) else {}
+        right = rhs if isinstance(rhs, dict) else {}
+        _compare_map(left, right, atom, path, result)
+    elif isinstance(atom, ListType):
+        left_index = _index(atom, lhs if isinstance(lhs, list) else [])
+        right_index = _index(atom, rhs if isinstance(rhs, list) else [])
+        if left_index is None or right_index is None:
+            _compare_leaf(lhs, rhs, path, result)
+            return
+        lfound, rfound = left_index[1], right_index[1]
+        for pe, item in lfound.items():
+            other = rfound.get(pe, MISSING)
+            if item is not other:
+                _compare(item, other, atom.element, (*path, pe), result)
+        for pe, item in rfound.items():
+            if pe not in lfound:
+                _compare(MISSING, item, atom.element, (*path, pe), result)
+    if lhs is MISSING:
+        result.added.insert(path)
+    elif rhs is MISSING:
+        result.removed.insert(path)
+
+
+def _compare_map(
+    left: dict[str, Any], right: dict[str, Any], atom: MapType, path: Path, result: Comparison
+) -> None:
+    fields, element = atom.fields, atom.element or DEDUCED
+    for key, item in left.items():
+        other = right.get(key, MISSING)
+        # Updated objects share untouched subtrees with the old one: equal.
+        if item is not other:
+            child = fields.get(key) or element
+            if type(child) is not Scalar:
+                _compare(item, other, child, (*path, "f:" + key), result)
+            elif other is MISSING:
+                result.removed.insert((*path, "f:" + key))
+            elif not json_equal(item, other):
+                result.modified.insert((*path, "f:" + key))
+    for key, item in right.items():
+        if key not in left:
+            child = fields.get(key) or element
+            _compare(MISSING, item, child, (*path, "f:" + key), result)
+
+
+def _compare_leaf(lhs: Any, rhs: Any, path: Path, result: Comparison) -> None:
+    if lhs is MISSING:
+        result.added.insert(path)
+    elif rhs is MISSING:
+        result.removed.insert(path)
+    elif not json_equal(lhs, rhs):
+        result.modified.insert(path)
 
 
 # -- removal ----------------------------------------------------------------------------
