@@ -610,7 +610,7 @@ class Bench:
             time.sleep(0.1)
         else:
             raise SystemExit("the watcher never saw the populated objects")
-        time.sleep(1)  # the server's own watches, on an idle core, are no later
+        time.sleep(1)  # a margin for the server's own watches
         print(
             f"# populated {scenario.label}: {scenario.trainjobs:,} TrainJobs, "
             f"{scenario.total_pods:,} pods and tokens in {took:.1f} s"
@@ -641,7 +641,8 @@ class Bench:
         deadline = time.monotonic() + 120
         while not self._ready(server):
             if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit(f"{label}: not ready; see {log}")
+                tail = log.read_text(errors="replace").splitlines()[-20:]
+                raise SystemExit(f"{label}: not ready; its log ends:\n" + "\n".join(tail))
             time.sleep(0.2)
         print(f"# started {label}: serve {' '.join(flags)}")
         return server
@@ -686,7 +687,8 @@ class Bench:
         return script, sends
 
     def warm(self, server: Server, scenario: Scenario) -> None:
-        """Every pod posts at least once: its token is verified and cached."""
+        """Every pod posts at least once (at 700 posts/s or more): its token is verified
+        and cached, its TrainJob has an update pending."""
         script, _ = self.script(scenario, self.args.connections, 0)
         seconds = 2 + scenario.total_pods / 700
         run_wrk(server.url, script, seconds, self.args.connections)
