@@ -107,7 +107,8 @@ class StatusServer:
     # -- apps ------------------------------------------------------------------------
 
     def serving_app(self) -> web.Application:
-        app = web.Application(middlewares=[status_errors], client_max_size=2**20)
+        not_posts = ("/healthz", "/readyz", INJECT_PATH)
+        app = web.Application(middlewares=[status_errors(not_posts)], client_max_size=2**20)
         app.router.add_post(STATUS_PATH, self.endpoint.handle)
         if self.injector is not None:
             app.router.add_post(INJECT_PATH, self.injector.handle)

@@ -1,20 +1,24 @@
-"""The serving app's middleware: request ids, one log line per request, errors as Status.
+"""The serving app's middleware: request ids, one log line per request, errors as Status,
+and the request counter and duration histogram.
 
 Unknown paths and methods become the peer's 404 "Not found"; an unexpected exception
 becomes 500 "Internal error" and is logged with its traceback (never with a header).
+Answers below 400 are logged at debug (thousands a second are normal and the metrics
+count them); refusals and failures at info, so a default log shows every one of them.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
-import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
-from . import errors
+from . import errors, selfmetrics
 
 log = logging.getLogger("trainjob_status_server.access")
 
@@ -31,11 +35,22 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _CLOSE_AFTER = frozenset({408, 413})
 
 
-@web.middleware
-async def status_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+def status_errors(not_posts: Collection[str]) -> Middleware:
+    """The middleware; requests for the paths in ``not_posts`` (probes, the webhook) are
+    logged but neither counted nor timed as status posts."""
+    uncounted = frozenset(not_posts)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        return await _answer(request, handler, request.path not in uncounted)
+
+    return middleware
+
+
+async def _answer(request: web.Request, handler: Handler, counted: bool) -> web.StreamResponse:
     request_id = request.headers.get("X-Request-Id", "")
     if not _REQUEST_ID.fullmatch(request_id):
-        request_id = uuid.uuid4().hex[:16]
+        request_id = os.urandom(8).hex()
     request[REQUEST_ID] = request_id
     started = time.perf_counter()
     try:
@@ -55,13 +70,22 @@ async def status_errors(request: web.Request, handler: Handler) -> web.StreamRes
     if response.status in _CLOSE_AFTER:
         response.force_close()
     response.headers["X-Request-Id"] = request_id
-    log.info(
+    duration = time.perf_counter() - started
+    code = response.status
+    if counted:
+        selfmetrics.REQUESTS.labels(str(code)).inc()
+        selfmetrics.REQUEST_DURATION.observe(duration)
+    level = logging.DEBUG if code < 400 else logging.INFO
+    if not log.isEnabledFor(level):
+        return response
+    log.log(
+        level,
         "request",
         extra={
             "method": request.method,
             "path": request.path,
-            "code": response.status,
-            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            "code": code,
+            "duration_ms": round(duration * 1000, 3),
             "trainjob": request.get(TRAINJOB),
             "request_id": request_id,
         },

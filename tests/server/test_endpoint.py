@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.devcluster import DevCluster
@@ -375,7 +376,7 @@ async def test_health_and_readiness_on_both_ports(poster: Poster, server: Status
 async def test_one_log_line_per_request_without_the_token(
     poster: Poster, trainjob: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="trainjob_status_server.access")
+    caplog.set_level(logging.DEBUG, logger="trainjob_status_server.access")
     token = "eyJhbGciOiJSUzI1NiJ9.secret-part.signature"
     async with poster.session.post(
         poster.server.url + status_path(NS, trainjob),
@@ -396,6 +397,51 @@ async def test_one_log_line_per_request_without_the_token(
     assert line["path"] == status_path(NS, "tj")
     for record in caplog.records:
         assert "secret-part" not in json.dumps(record.__dict__, default=str)
+
+
+async def test_at_info_only_refused_posts_are_logged(
+    poster: Poster, trainjob: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Accepted posts are routine (thousands a second): debug. Refusals show at info."""
+    caplog.set_level(logging.INFO, logger="trainjob_status_server.access")
+    assert (await poster.post(trainjob, {"trainerStatus": {"progressPercentage": 3}}))[0] == 200
+    assert (await poster.post("missing", {"trainerStatus": {"progressPercentage": 3}}))[0] == 404
+    lines = [r for r in caplog.records if r.name == "trainjob_status_server.access"]
+    assert [(r.levelno, r.__dict__["code"], r.__dict__["trainjob"]) for r in lines] == [
+        (logging.INFO, 404, f"{NS}/missing")
+    ]
+
+
+async def scrape_requests(poster: Poster) -> dict[str, float]:
+    """trainjob_status_requests_total by code, and the duration histogram's count."""
+    async with poster.session.get(poster.server.metrics_url + "/metrics") as response:
+        text = await response.text()
+    found: dict[str, float] = {}
+    for family in parse_text(text):
+        for sample in family.samples:
+            if sample.name == "trainjob_status_requests_total":
+                found[sample.labels["code"]] = sample.value
+            if sample.name == "trainjob_status_request_duration_seconds_count":
+                found["count"] = sample.value
+    return found
+
+
+async def test_posts_are_counted_by_code_and_timed_probes_are_not(
+    poster: Poster, trainjob: str
+) -> None:
+    before = await scrape_requests(poster)
+    assert (await poster.post(trainjob, {"trainerStatus": {"progressPercentage": 4}}))[0] == 200
+    assert (await poster.post(trainjob, {"trainerStatus": {"progressPercentage": 400}}))[0] == 422
+    for path in ("/healthz", "/readyz"):
+        async with poster.session.get(poster.server.url + path) as response:
+            assert response.status == 200
+    after = await scrape_requests(poster)
+    delta = {key: after[key] - before.get(key, 0.0) for key in after}
+    assert {key: value for key, value in delta.items() if value} == {
+        "200": 1.0,
+        "422": 1.0,
+        "count": 2.0,
+    }
 
 
 async def test_a_request_id_that_could_forge_log_lines_is_replaced(

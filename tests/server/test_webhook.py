@@ -93,7 +93,7 @@ async def make_rig(
         await trainjobs.start()
         await trainjobs.wait_synced()
         injector = PodInjector(settings, trainjobs, JobSetSteps(standin_kube) if steps else None)
-        app = web.Application(middlewares=[status_errors])
+        app = web.Application(middlewares=[status_errors([INJECT_PATH])])
         app.router.add_post(INJECT_PATH, injector.handle)
         async with TestClient(TestServer(app)) as client:
             yield Rig(cluster, standin, injector, client)

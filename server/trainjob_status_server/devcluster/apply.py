@@ -32,16 +32,8 @@ from .gofmt import go_json
 from .resources import ResourceType
 from .status import ApiError, Cause
 from .typed import TypeRef, root_type, typed_errors
-from .typedops import (
-    compare,
-    ensure_named_fields_are_members,
-    fitted_field_set,
-    json_copy,
-    json_equal,
-    merge,
-    remove_items,
-    to_field_set,
-)
+from .typedfields import ensure_named_fields_are_members, fitted_field_set, to_field_set
+from .typedops import compare, json_copy, json_equal, merge, remove_items
 
 __all__ = ["LAST_APPLIED", "apply_for_store", "server_side_apply"]
 

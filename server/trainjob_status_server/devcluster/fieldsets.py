@@ -114,6 +114,11 @@ class FieldSet:
         self._v1: dict[str, Any] | None = None
 
     @classmethod
+    def new(cls) -> FieldSet:
+        """An empty set to build (cheaper than ``FieldSet()``)."""
+        return cls._make(set(), {})
+
+    @classmethod
     def _make(cls, members: set[str], children: dict[str, FieldSet]) -> FieldSet:
         """A set owning ``members`` and ``children`` (fresh, with no empty child)."""
         built = cls.__new__(cls)
@@ -147,7 +152,7 @@ class FieldSet:
         for pe in path[:-1]:
             child = node.children.get(pe)
             if child is None:
-                child = node.children[pe] = FieldSet._make(set(), {})
+                child = node.children[pe] = FieldSet.new()
             node = child
             node._v1 = None
         node.members.add(path[-1])

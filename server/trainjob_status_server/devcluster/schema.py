@@ -27,6 +27,7 @@ from typing import Any
 import celpy
 
 from .celrules import CelRule
+from .leafchecks import quick_check
 from .schemaformats import BLOCKING_REASONS, DUPLICATE, INVALID, field_message
 from .schemanode import Fault, Node, fault_cause, same
 from .status import Cause
@@ -60,6 +61,7 @@ class StructuralSchema:
             CelRule(spec, node.raw, root=root, env=env)
             for spec in node.raw.get("x-kubernetes-validations") or ()
         ]
+        node.quick = quick_check(node)
         for child in node.children():
             self._compile(child, env)
             node.rules_below = node.rules_below or child.rules_below

@@ -30,12 +30,13 @@ from .schemaformats import (
 )
 from .status import Cause
 
-__all__ = ["Fault", "Node", "fault_cause", "same"]
+__all__ = ["INT_RANGES", "Fault", "Node", "fault_cause", "same"]
 
-_INT_RANGES = {
+INT_RANGES = {
     "int32": (-(2**31), 2**31 - 1),
     "uint32": (0, 2**32 - 1),
     "uint64": (0, 2**64 - 1),
+    "": (-(2**63), 2**63 - 1),  # any other format: int64
 }
 _PLAIN_TYPES = {
     "string": frozenset({str}),
@@ -45,7 +46,6 @@ _PLAIN_TYPES = {
     "array": frozenset({list}),
     "object": frozenset({dict}),
 }
-_INT64 = (-(2**63), 2**63 - 1)
 _FLOAT32_MAX = 3.4028234663852886e38
 _JSON_INT_LIMIT = 2.0**53
 
@@ -179,8 +179,9 @@ class Node:
             or self.multiple_of is not None
         )
         # A test that a value certainly passes check() (None: no such shortcut), so the
-        # common well-formed leaf costs neither a call nor its message path.
-        self.quick = _quick(self)
+        # common well-formed leaf costs neither a call nor its message path; set by the
+        # owner (StructuralSchema), see leafchecks.
+        self.quick: Callable[[Any], bool] | None = None
         # Filled in by the owner (StructuralSchema): compiled CEL rules, and whether any
         # node below carries rules or set/map lists, so those passes skip bare subtrees.
         self.rules: list[Any] = []
@@ -322,7 +323,7 @@ class Node:
                 if not value.is_integer():
                     return False
                 value = int(value)
-            low, high = _INT_RANGES.get(self.format, _INT64)
+            low, high = INT_RANGES.get(self.format, INT_RANGES[""])
             return low <= value <= high
         if self.format in ("float", "float32"):
             return abs(value) <= _FLOAT32_MAX
@@ -397,37 +398,6 @@ class Node:
         for key in self.required:
             if key not in value:
                 out.append(Fault(REQUIRED, f"{path}.{key}", None, ""))
-
-
-def _quick(node: Node) -> Callable[[Any], bool] | None:
-    """What check() finds nothing wrong with, for plain scalar schemas (others: None)."""
-    if node.enum is not None or node.int_or_string:
-        return None
-    if node.type == "boolean":
-        return lambda v: type(v) is bool
-    if node.type == "string" and node.pattern_re is None and node.format_check is None:
-        short = node.min_length or 0
-        long = node.max_length if node.max_length is not None else math.inf
-        return lambda v: type(v) is str and short <= len(v) <= long
-    if node.type == "integer" and node.multiple_of is None:
-        low, high = _INT_RANGES.get(node.format, _INT64)
-        floor, ceiling = node.minimum, node.maximum
-        above: Callable[[int], bool] = (
-            (lambda v: True)
-            if floor is None
-            else (lambda v: v > floor)
-            if node.excl_min
-            else (lambda v: v >= floor)
-        )
-        below: Callable[[int], bool] = (
-            (lambda v: True)
-            if ceiling is None
-            else (lambda v: v < ceiling)
-            if node.excl_max
-            else (lambda v: v <= ceiling)
-        )
-        return lambda v: type(v) is int and low <= v <= high and above(v) and below(v)
-    return None
 
 
 class _Missing:

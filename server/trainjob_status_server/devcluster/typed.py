@@ -27,7 +27,7 @@ __all__ = [
     "MapType",
     "Scalar",
     "TypeRef",
-    "fits",
+    "child_type",
     "has_assoc",
     "item_pe",
     "object_meta",
@@ -116,6 +116,11 @@ _BOOLEAN = Scalar("boolean")
 _DEDUCED_MAP = MapType(element=DEDUCED)
 _UNTYPED_MAP = MapType(element=_UNTYPED, atomic=True)
 _UNTYPED_LIST = ListType(element=_UNTYPED)
+
+
+def child_type(atom: MapType, key: str) -> TypeRef:
+    """The type of a map's entry ``key``."""
+    return atom.fields.get(key) or atom.element or DEDUCED
 
 
 def resolve(t: TypeRef, value: Any) -> Atom:
@@ -287,8 +292,8 @@ def item_pe(t: ListType, item: Any) -> str:
 def _scalar_error(t: Scalar, value: Any) -> str | None:
     if value is None:
         return None
-    is_scalar = not isinstance(value, (dict, list))
-    if t.kind == "numeric" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+    is_scalar = not isinstance(value, dict | list)
+    if t.kind == "numeric" and (isinstance(value, bool) or not isinstance(value, int | float)):
         return f"expected numeric (int or float), got {go_type(value)}"
     if t.kind == "string" and not isinstance(value, str):
         return f"expected string, got &value.valueUnstructured{{Value:{go_sharp_v(value)}}}"
@@ -343,57 +348,8 @@ def _check(value: Any, t: TypeRef, path: str, errors: list[str]) -> None:
         _check(value[key], child, f"{path}.{key}", errors)
 
 
-def fits(value: Any, t: TypeRef) -> bool:
-    """Whether typed_errors finds nothing: the same walk without building paths or
-    messages, as nearly every configuration fits."""
-    atom = resolve(t, value) if type(t) is Deduced else t
-    if type(atom) is Scalar:
-        if value is None or type(value) in atom.plain:
-            return True
-        kind = atom.kind
-        if kind == "string":
-            return isinstance(value, str)
-        if kind == "numeric":
-            return isinstance(value, (int, float)) and not isinstance(value, bool)
-        if kind == "boolean":
-            return isinstance(value, bool)
-        return not isinstance(value, (dict, list))
-    if value is None:
-        return True
-    if isinstance(atom, MapType):
-        if not isinstance(value, dict):
-            return False
-        fields, extra = atom.fields, atom.element
-        for key, item in value.items():
-            child = fields.get(key) or extra
-            if child is None:
-                return False
-            if type(child) is Scalar and type(item) in child.plain:
-                continue
-            if not fits(item, child):
-                return False
-        return True
-    if not isinstance(value, list) or not isinstance(atom, ListType):
-        return False
-    element = atom.element
-    if not atom.associative:
-        return all(fits(item, element) for item in value)
-    seen: set[str] = set()
-    for item in value:
-        try:
-            pe = item_pe(atom, item)
-        except ValueError:
-            return False
-        if pe in seen or not fits(item, element):
-            return False
-        seen.add(pe)
-    return True
-
-
 def typed_errors(value: Any, t: TypeRef) -> str | None:
     """Why ``value`` cannot be converted to type ``t``, worded as Go words it, or None."""
-    if fits(value, t):
-        return None
     errors: list[str] = []
     _check(value, t, "", errors)
     if not errors:

@@ -1,4 +1,4 @@
-"""Walks over typed values: field sets, merge, compare and removal.
+"""Walks over typed values: merge, compare and removal.
 
 These follow structured-merge-diff, the library a real API server runs for managedFields
 and server-side apply, because its details are visible to clients: which paths an apply
@@ -25,22 +25,20 @@ from .typed import (
     MapType,
     Scalar,
     TypeRef,
-    fits,
+    child_type,
     item_pe,
     resolve,
 )
+from .typedfields import index_items
 
 __all__ = [
     "MISSING",
     "Comparison",
     "compare",
-    "ensure_named_fields_are_members",
-    "fitted_field_set",
     "json_copy",
     "json_equal",
     "merge",
     "remove_items",
-    "to_field_set",
 ]
 
 
@@ -85,185 +83,14 @@ def _json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and bool(a == b)
 
 
-def _child_type(atom: MapType, key: str) -> TypeRef:
-    return atom.fields.get(key) or atom.element or DEDUCED
-
-
-def _index(atom: ListType, items: list[Any]) -> tuple[list[str], dict[str, Any]] | None:
-    """Path elements of a list's items in order, or None when an item has no key."""
-    order: list[str] = []
-    found: dict[str, Any] = {}
-    for item in items:
-        try:
-            pe = item_pe(atom, item)
-        except ValueError:
-            return None
-        if pe not in found:
-            order.append(pe)
-            found[pe] = item
-    return order, found
-
-
-# -- field sets -------------------------------------------------------------------------
-
-
-def to_field_set(value: Any, t: TypeRef) -> FieldSet:
-    """The paths an applied configuration sets."""
-    out = FieldSet()
-    atom = resolve(t, value)
-    if not _owned_whole(atom):
-        _fill(value, atom, out)
-    return out
-
-
-def _owned_whole(atom: Atom) -> bool:
-    if isinstance(atom, MapType):
-        return atom.atomic
-    return isinstance(atom, Scalar) or not atom.associative
-
-
-def _add(value: Any, t: TypeRef, node: FieldSet, pe: str) -> None:
-    """Add the paths ``value`` sets under ``node``'s element ``pe``."""
-    if type(t) is Scalar:
-        node.members.add(pe)
-        return
-    atom = resolve(t, value)
-    if _owned_whole(atom):
-        node.members.add(pe)
-        return
-    child = FieldSet()
-    _fill(value, atom, child)
-    if child.members or child.children:
-        node.children[pe] = child
-
-
-def _fill(value: Any, atom: Atom, node: FieldSet) -> None:
-    """Add the paths below a map or associative list to ``node`` (the value's own)."""
-    if isinstance(atom, ListType):
-        indexed = _index(atom, value) if isinstance(value, list) else None
-        for pe, item in (indexed[1] if indexed else {}).items():
-            _add(item, atom.element, node, pe)
-            node.members.add(pe)
-    elif isinstance(atom, MapType) and isinstance(value, dict):
-        fields = atom.fields
-        for key, item in value.items():
-            pe = "f:" + key
-            _add(item, fields.get(key) or atom.element or DEDUCED, node, pe)
-            # A struct field is owned through its leaves, unless it is null or an empty
-            # map; map keys (labels, deduced objects) are always owned themselves.
-            if item is None or item == {} or key not in fields:
-                node.members.add(pe)
-
-
-def fitted_field_set(value: Any, t: TypeRef) -> FieldSet | None:
-    """``to_field_set(value, t)`` when ``typed_errors(value, t)`` finds nothing, else None:
-    both walks in one, as every apply needs both."""
-    atom = resolve(t, value)
-    out = FieldSet()
-    if _owned_whole(atom):
-        return out if fits(value, t) else None
-    return out if _fit_fill(value, atom, out) else None
-
-
-def _fit_add(value: Any, t: TypeRef, node: FieldSet, pe: str) -> bool:
-    if type(t) is Scalar:
-        if type(value) not in t.plain and not fits(value, t):
-            return False
-        node.members.add(pe)
-        return True
-    atom = resolve(t, value)
-    if _owned_whole(atom):
-        if not fits(value, t):
-            return False
-        node.members.add(pe)
-        return True
-    child = _new_set()
-    if not _fit_fill(value, atom, child):
-        return False
-    if child.members or child.children:
-        node.children[pe] = child
-    return True
-
-
-def _fit_fill(value: Any, atom: Atom, node: FieldSet) -> bool:
-    """_fill for a map or associative list atom, False where ``fits`` would be."""
-    if value is None:
-        return True
-    if isinstance(atom, ListType):
-        if not isinstance(value, list):
-            return False
-        seen: set[str] = set()
-        for item in value:
-            try:
-                pe = item_pe(atom, item)
-            except ValueError:
-                return False
-            if pe in seen or not _fit_add(item, atom.element, node, pe):
-                return False
-            seen.add(pe)
-            node.members.add(pe)
-        return True
-    if not isinstance(value, dict) or not isinstance(atom, MapType):
-        return False
-    return _fit_map(value, atom, node)
-
-
-def _fit_map(value: dict[str, Any], atom: MapType, node: FieldSet) -> bool:
-    fields, extra = atom.fields, atom.element
-    members = node.members
-    for key, item in value.items():
-        child = fields.get(key) or extra
-        if child is None:
-            return False
-        pe = "f:" + key
-        if type(child) is Scalar:
-            # A scalar is owned itself (and a map or {} does not fit one).
-            if type(item) not in child.plain and not fits(item, child):
-                return False
-            members.add(pe)
-            continue
-        if type(child) is MapType and type(item) is dict and not child.atomic:
-            sub = _new_set()
-            if not _fit_map(item, child, sub):
-                return False
-            if sub.members or sub.children:
-                node.children[pe] = sub
-        elif not _fit_add(item, child, node, pe):
-            return False
-        if item is None or item == {} or key not in fields:
-            members.add(pe)
-    return True
-
-
-def ensure_named_fields_are_members(fs: FieldSet, t: TypeRef) -> FieldSet:
-    """``fs`` plus every struct field that has paths under it, as a member itself."""
-    atom = resolve(t, {})
-    members = set(fs.members)
-    children: dict[str, FieldSet] = {}
-    for pe, child in fs.children.items():
-        child_type: TypeRef = DEDUCED
-        if pe.startswith("f:") and isinstance(atom, MapType):
-            child_type = _child_type(atom, pe[2:])
-            if pe[2:] in atom.fields:
-                members.add(pe)
-        elif pe.startswith("k:") and isinstance(atom, ListType):
-            child_type = atom.element
-        children[pe] = ensure_named_fields_are_members(child, child_type)
-    return FieldSet(members, children)
-
-
 # -- merge and compare ------------------------------------------------------------------
-
-
-def _new_set() -> FieldSet:
-    return FieldSet._make(set(), {})
 
 
 @dataclass
 class Comparison:
-    added: FieldSet = field(default_factory=_new_set)
-    modified: FieldSet = field(default_factory=_new_set)
-    removed: FieldSet = field(default_factory=_new_set)
+    added: FieldSet = field(default_factory=FieldSet.new)
+    modified: FieldSet = field(default_factory=FieldSet.new)
+    removed: FieldSet = field(default_factory=FieldSet.new)
 
     def same(self) -> bool:
         return self.added.empty() and self.modified.empty() and self.removed.empty()
@@ -332,16 +159,17 @@ def _merge_map(left: dict[str, Any], right: dict[str, Any], atom: MapType) -> di
             out[key] = other
         else:
             out[key] = _merge(item, other, child)
-    for key, item in right.items():
-        if key not in left:
-            child = fields.get(key) or element
-            out[key] = _merge(MISSING, item, child) if child.assoc_below else item
+    if not left.keys() >= right.keys():
+        for key, item in right.items():
+            if key not in left:
+                child = fields.get(key) or element
+                out[key] = _merge(MISSING, item, child) if child.assoc_below else item
     return out
 
 
 def _merge_list(lhs: Any, rhs: Any, atom: ListType) -> list[Any] | None:
-    left = _index(atom, lhs if isinstance(lhs, list) else [])
-    right = _index(atom, rhs if isinstance(rhs, list) else [])
+    left = index_items(atom, lhs if isinstance(lhs, list) else [])
+    right = index_items(atom, rhs if isinstance(rhs, list) else [])
     if left is None or right is None:
         return None
     lpes, lfound = left
@@ -420,8 +248,8 @@ def _compare(lhs: Any, rhs: Any, t: TypeRef, path: Path, result: Comparison) -> 
         right = rhs if isinstance(rhs, dict) else {}
         _compare_map(left, right, atom, path, result)
     elif isinstance(atom, ListType):
-        left_index = _index(atom, lhs if isinstance(lhs, list) else [])
-        right_index = _index(atom, rhs if isinstance(rhs, list) else [])
+        left_index = index_items(atom, lhs if isinstance(lhs, list) else [])
+        right_index = index_items(atom, rhs if isinstance(rhs, list) else [])
         if left_index is None or right_index is None:
             _compare_leaf(lhs, rhs, path, result)
             return
@@ -454,10 +282,11 @@ def _compare_map(
                 result.removed.insert((*path, "f:" + key))
             elif not json_equal(item, other):
                 result.modified.insert((*path, "f:" + key))
-    for key, item in right.items():
-        if key not in left:
-            child = fields.get(key) or element
-            _compare(MISSING, item, child, (*path, "f:" + key), result)
+    if not left.keys() >= right.keys():
+        for key, item in right.items():
+            if key not in left:
+                child = fields.get(key) or element
+                _compare(MISSING, item, child, (*path, "f:" + key), result)
 
 
 def _compare_leaf(lhs: Any, rhs: Any, path: Path, result: Comparison) -> None:
@@ -488,7 +317,7 @@ def remove_items(value: Any, fs: FieldSet, t: TypeRef) -> Any:
             if pe in fs.members:
                 continue
             sub = fs.children.get(pe)
-            out[key] = remove_items(item, sub, _child_type(atom, key)) if sub else item
+            out[key] = remove_items(item, sub, child_type(atom, key)) if sub else item
         return out
     if isinstance(atom, ListType) and atom.associative and isinstance(value, list):
         kept: list[Any] = []
