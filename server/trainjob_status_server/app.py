@@ -26,6 +26,7 @@ from .kube.resources import TRAINJOBS
 from .listener import CappedSite
 from .middleware import status_errors
 from .tls import ReloadingTLS
+from .views import trainjob_view
 from .webhook import INJECT_PATH, InjectorSettings, JobSetSteps, PodInjector
 from .writer import CoalescingWriter, DirectWriter
 
@@ -43,7 +44,7 @@ class StatusServer:
             qps=config.kube_api_qps,
             burst=config.kube_api_burst,
         )
-        self.trainjobs = WatchCache(self.kube, TRAINJOBS)
+        self.trainjobs = WatchCache(self.kube, TRAINJOBS, transform=trainjob_view)
         # Gauges per TrainJob from this cache, the self-metrics, process metrics.
         self.exporter = Exporter(self.trainjobs, max_series=config.max_exported_series)
         # The token authenticator has I/O (keys, pods) and a lifecycle; others have none.

@@ -103,8 +103,16 @@ class RenderedSeries:
 
     series: TrainJobSeries
     core: tuple[tuple[int, bytes], ...]  # (family index, line) in series.core order
-    metrics: tuple[bytes, ...]
-    metrics_joined: bytes
+    metrics_joined: bytes  # the metric lines, each ending in a newline, in series order
+
+    @property
+    def metric_count(self) -> int:
+        return len(self.series.metrics)
+
+    def metric_lines(self, count: int) -> list[bytes]:
+        """The first ``count`` metric lines (only a capped scrape needs them apart; no
+        line holds a raw newline, label values escape it)."""
+        return self.metrics_joined.splitlines(keepends=True)[:count]
 
     @classmethod
     def of(cls, series: TrainJobSeries) -> RenderedSeries:
@@ -120,8 +128,7 @@ class RenderedSeries:
             f'{METRIC}{{name="{escape_label_value(name)}",{labels}}} {format_value(value)}\n'
             for name, value in series.metrics
         )
-        encoded = tuple(line.encode() for line in metrics)
-        return cls(series, core, encoded, b"".join(encoded))
+        return cls(series, core, "".join(metrics).encode())
 
 
 def exposition(selection: Iterable[tuple[RenderedSeries, int, int]]) -> bytes:
@@ -131,10 +138,10 @@ def exposition(selection: Iterable[tuple[RenderedSeries, int, int]]) -> bytes:
     for rendered, core, metrics in selection:
         for index, line in rendered.core[:core]:
             lines[index].append(line)
-        if metrics == len(rendered.metrics):
+        if metrics == rendered.metric_count:
             lines[_METRIC_INDEX].append(rendered.metrics_joined)
         else:
-            lines[_METRIC_INDEX].extend(rendered.metrics[:metrics])
+            lines[_METRIC_INDEX].extend(rendered.metric_lines(metrics))
     return b"".join(header + b"".join(part) for header, part in zip(_HEADERS, lines, strict=True))
 
 
@@ -222,12 +229,12 @@ class Exporter:
         the cap drops."""
         if self.max_series == 0 or self._total <= self.max_series:
             for rendered in self._rendered.values():
-                yield rendered, len(rendered.core), len(rendered.metrics)
+                yield rendered, len(rendered.core), rendered.metric_count
             return
         # Over the cap: a stable order, so the same series stay exported scrape after
         # scrape instead of flapping with the cache's insertion order.
         ordered = [self._rendered[key] for key in sorted(self._rendered)]
-        kept, dropped = allowance([(len(r.core), len(r.metrics)) for r in ordered], self.max_series)
+        kept, dropped = allowance([(len(r.core), r.metric_count) for r in ordered], self.max_series)
         selfmetrics.EXPORTED_SERIES_DROPPED.inc(dropped)
         for rendered, (core, metrics) in zip(ordered, kept, strict=True):
             yield rendered, core, metrics

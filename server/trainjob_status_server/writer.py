@@ -27,6 +27,7 @@ from .kube.errors import KubeError, KubeUnavailable
 from .kube.resources import Obj
 from .kube.store import CacheEvent
 from .validation import TrainerStatus
+from .views import written_view
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ class CoalescingWriter:
         self._pending: dict[Key, Pending] = {}
         self._in_flight: set[Key] = set()
         self._last_start: dict[Key, float] = {}
-        self._written: dict[Key, Obj] = {}  # what our own writes returned
+        self._written: dict[Key, Obj] = {}  # views of what our own writes returned
         self._schedule = Schedule()
         self._wake = asyncio.Event()
         self._settled = asyncio.Event()
@@ -208,7 +209,7 @@ class CoalescingWriter:
         selfmetrics.API_WRITE_DURATION.observe(self.clock() - started)
         selfmetrics.API_WRITES.labels("ok").inc()
         selfmetrics.WRITE_FRESHNESS.observe(self.clock() - pending.accepted_at)
-        self._written[key] = written
+        self._written[key] = written_view(written)
 
     async def _failed(self, key: Key, pending: Pending, exc: KubeError) -> None:
         if exc.status == 404:
@@ -228,7 +229,7 @@ class CoalescingWriter:
                 if fresh is None:
                     self._drop(key, "not_found")
                     return
-                self._written[key] = fresh
+                self._written[key] = written_view(fresh)
             quick = pending.attempts < _QUICK_CONFLICT_RETRIES
             self._retry(key, pending, 0.0 if quick else None)
         else:

@@ -99,7 +99,7 @@ def test_recorded_claims_parse_to_facts() -> None:
     assert parse_facts(CLAIMS) == TokenFacts(
         issuer=ISSUER,
         subject="system:serviceaccount:rec:trainer",
-        audiences=frozenset({AUD}),
+        audiences=(AUD,),
         expires=1796240025.0,
         not_before=1796236425.0,
         issued_at=1796236425.0,
@@ -111,7 +111,7 @@ def test_recorded_claims_parse_to_facts() -> None:
 
 
 def test_a_single_string_audience_counts() -> None:
-    assert parse_facts({**CLAIMS, "aud": AUD}).audiences == frozenset({AUD})
+    assert parse_facts({**CLAIMS, "aud": AUD}).audiences == (AUD,)
 
 
 @pytest.mark.parametrize(

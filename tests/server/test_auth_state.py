@@ -24,7 +24,7 @@ from .test_auth_support import FakeClock, b64json
 FACTS = TokenFacts(
     issuer="https://issuer",
     subject="system:serviceaccount:rec:trainer",
-    audiences=frozenset({"aud"}),
+    audiences=("aud",),
     expires=2000.0,
     not_before=1000.0,
     issued_at=1000.0,

@@ -228,9 +228,9 @@ def test_lone_surrogates_are_replaced_so_the_page_always_encodes() -> None:
     assert series is not None
     assert (series.trainjob, series.metrics) == ("tj?", (("loss?", 1.0),))
     rendered = RenderedSeries.of(series)
-    assert rendered.metrics == (
+    assert rendered.metric_lines(1) == [
         b'trainjob_metric{name="loss?",namespace="a",trainjob="tj?"} 1.0\n',
-    )
+    ]
 
 
 # -- the skip count ------------------------------------------------------------------------
@@ -335,7 +335,7 @@ def reference(series: TrainJobSeries) -> bytes:
 
 def ours(series: TrainJobSeries) -> bytes:
     rendered = RenderedSeries.of(series)
-    return exposition([(rendered, len(rendered.core), len(rendered.metrics))])
+    return exposition([(rendered, len(rendered.core), rendered.metric_count)])
 
 
 AWKWARD_NAMES = [

@@ -31,6 +31,7 @@ from ..kube.client import KubeClient
 from ..kube.errors import KubeError, KubeUnavailable
 from ..kube.resources import PODS, Obj
 from ..kube.store import ADDED, DELETED, CacheEvent
+from ..views import pod_view
 from . import failures
 from .failures import AuthFailure
 
@@ -55,6 +56,10 @@ def _gone_since(meta: dict[str, Any]) -> float | None:
         return dt.datetime.fromisoformat(stamp).timestamp()
     except ValueError:
         return None
+
+
+def _pod_view(obj: Obj) -> Obj:
+    return pod_view(obj, (MEMBERSHIP_LABEL,))
 
 
 def judge_pod(
@@ -113,7 +118,7 @@ class PodBinding:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
-        self.pods = WatchCache(kube, PODS, label_selector=label_selector)
+        self.pods = WatchCache(kube, PODS, label_selector=label_selector, transform=_pod_view)
         self.require_membership = require_membership
         self.leeway = leeway
         self.negative_ttl = negative_ttl

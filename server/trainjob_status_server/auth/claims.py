@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +40,7 @@ class TokenFacts:
 
     issuer: str | None
     subject: str | None
-    audiences: frozenset[str]
+    audiences: tuple[str, ...]  # a tuple: most tokens have one, and a set costs 216 B
     expires: float | None
     not_before: float | None
     issued_at: float | None
@@ -73,14 +74,19 @@ def _object(value: Any) -> Mapping[str, Any]:
     return value
 
 
-def _audiences(value: Any) -> frozenset[str]:
+def _audiences(value: Any) -> tuple[str, ...]:
     if value is None:
-        return frozenset()
+        return ()
     if isinstance(value, str):
-        return frozenset((value,))
+        return (value,)
     if isinstance(value, list) and all(isinstance(a, str) for a in value):
-        return frozenset(value)
+        return tuple(value)
     raise AuthFailure(failures.MALFORMED)
+
+
+def _shared(value: str | None) -> str | None:
+    """One copy of a string many tokens carry (issuer, namespace, account name)."""
+    return None if value is None else sys.intern(value)
 
 
 def parse_facts(claims: Mapping[str, Any]) -> TokenFacts:
@@ -90,14 +96,14 @@ def parse_facts(claims: Mapping[str, Any]) -> TokenFacts:
     pod = _object(private.get("pod"))
     account = _object(private.get("serviceaccount"))
     return TokenFacts(
-        issuer=_string(claims.get("iss")),
+        issuer=_shared(_string(claims.get("iss"))),
         subject=_string(claims.get("sub")),
         audiences=_audiences(claims.get("aud")),
         expires=_date(claims.get("exp")),
         not_before=_date(claims.get("nbf")),
         issued_at=_date(claims.get("iat")),
-        namespace=_string(private.get("namespace")),
-        service_account=_string(account.get("name")),
+        namespace=_shared(_string(private.get("namespace"))),
+        service_account=_shared(_string(account.get("name"))),
         pod_name=_string(pod.get("name")) if pod else None,
         pod_uid=_string(pod.get("uid")) if pod else None,
     )

@@ -37,7 +37,9 @@ class WatchCache:
     ``label_selector``, if given), keyed by (namespace, name).
 
     ``synced`` is set once the first list has been loaded and stays set: after that the
-    cache serves what it has while it recovers from failures.
+    cache serves what it has while it recovers from failures. ``transform``, when given,
+    maps every object before it is kept (what ``get``, ``list`` and listeners see): it
+    must keep ``metadata`` name, namespace, uid and resourceVersion.
     """
 
     def __init__(
@@ -47,6 +49,7 @@ class WatchCache:
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        transform: Callable[[Obj], Obj] | None = None,
         watch_seconds: float = 300.0,
         backoff: Backoff = DEFAULT_BACKOFF,
         min_watch_seconds: float = 1.0,
@@ -57,6 +60,7 @@ class WatchCache:
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
+        self.transform = transform
         self.watch_seconds = watch_seconds
         self.backoff = backoff
         self.min_watch_seconds = min_watch_seconds
@@ -150,8 +154,11 @@ class WatchCache:
             )
             found = listed.items[0] if listed.items else None
         if found is not None:
-            self._notify(self._store.offer_fetched(found, self.resource_version))
+            self._notify(self._store.offer_fetched(self._view(found), self.resource_version))
         return found
+
+    def _view(self, obj: Obj) -> Obj:
+        return obj if self.transform is None else self.transform(obj)
 
     # -- listeners -------------------------------------------------------------------------
 
@@ -218,7 +225,8 @@ class WatchCache:
             self.resource, namespace=self.namespace, label_selector=self.label_selector
         )
         self.resource_version = listed.resource_version
-        self._notify(*self._store.replace(listed.items, listed.resource_version))
+        items = listed.items if self.transform is None else [self._view(o) for o in listed.items]
+        self._notify(*self._store.replace(items, listed.resource_version))
         self.synced.set()
 
     async def _watch(self) -> bool:
@@ -239,7 +247,7 @@ class WatchCache:
                 self._failures = 0
                 seen += 1
                 if event.type != BOOKMARK:
-                    self._notify(self._store.apply(event.type, event.object))
+                    self._notify(self._store.apply(event.type, self._view(event.object)))
                 # Bookmarks and events the store skipped (older than what a GET showed
                 # us) still move the resume point forward.
                 rv = resource_version_of(event.object)

@@ -1,0 +1,113 @@
+"""What the caches keep of TrainJobs and pods: exactly the fields the server reads."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from trainjob_status_server.app import StatusServer
+from trainjob_status_server.devcluster import DevCluster
+from trainjob_status_server.views import pod_view, trainjob_view, written_view
+
+from .conftest import NS, Poster
+
+META: dict[str, Any] = {
+    "name": "tj",
+    "namespace": "team-a",
+    "uid": "u-1",
+    "resourceVersion": "42",
+    "generation": 3,
+    "labels": {"team": "a", "jobset.sigs.k8s.io/jobset-name": "tj"},
+    "annotations": {"a": "b" * 100},
+    "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+    "creationTimestamp": "2026-12-03T10:00:00Z",
+}
+
+
+def test_a_trainjob_view_keeps_identity_deletion_and_the_trainer_status() -> None:
+    trainer = {
+        "progressPercentage": 5,
+        "metrics": [{"name": "loss", "value": "0.5"}, "not a metric"],
+        "lastUpdatedTime": "2026-12-03T10:00:01Z",
+    }
+    obj = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {**META, "deletionTimestamp": "2026-12-03T10:05:00Z"},
+        "spec": {"runtimeRef": {"name": "torch"}},
+        "status": {"conditions": [{"type": "Created"}], "trainerStatus": trainer},
+    }
+    assert trainjob_view(obj) == {
+        "metadata": {
+            "name": "tj",
+            "namespace": "team-a",
+            "uid": "u-1",
+            "resourceVersion": "42",
+            "deletionTimestamp": "2026-12-03T10:05:00Z",
+        },
+        "status": {"trainerStatus": trainer},
+    }
+    assert obj["status"]["trainerStatus"] is trainer  # the input is not changed
+
+
+def test_the_writers_view_keeps_what_orders_updates() -> None:
+    trainer = {"progressPercentage": 5, "lastUpdatedTime": "2026-12-03T10:00:01Z"}
+    obj = {"metadata": META, "spec": {}, "status": {"trainerStatus": trainer}}
+    assert written_view(obj) == {
+        "metadata": {"name": "tj", "namespace": "team-a", "uid": "u-1", "resourceVersion": "42"},
+        "status": {"trainerStatus": {"lastUpdatedTime": "2026-12-03T10:00:01Z"}},
+    }
+    assert written_view({"metadata": META, "status": {"trainerStatus": {}}}) == {
+        "metadata": {"name": "tj", "namespace": "team-a", "uid": "u-1", "resourceVersion": "42"}
+    }
+
+
+def test_a_trainjob_without_trainer_status_has_no_status_in_its_view() -> None:
+    assert trainjob_view({"metadata": META, "status": {"conditions": []}}) == {
+        "metadata": {"name": "tj", "namespace": "team-a", "uid": "u-1", "resourceVersion": "42"}
+    }
+    assert trainjob_view({"metadata": "garbage"}) == {"metadata": {}}
+
+
+def test_a_pod_view_keeps_only_the_labels_asked_for() -> None:
+    pod = {
+        "metadata": {**META, "deletionTimestamp": "2026-12-03T10:05:00Z",
+                     "deletionGracePeriodSeconds": 30},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+        "status": {"phase": "Running"},
+    }  # fmt: skip
+    assert pod_view(pod, ("jobset.sigs.k8s.io/jobset-name", "absent")) == {
+        "metadata": {
+            "name": "tj",
+            "namespace": "team-a",
+            "uid": "u-1",
+            "resourceVersion": "42",
+            "deletionTimestamp": "2026-12-03T10:05:00Z",
+            "deletionGracePeriodSeconds": 30,
+            "labels": {"jobset.sigs.k8s.io/jobset-name": "tj"},
+        }
+    }
+
+
+async def test_the_servers_trainjob_cache_and_writer_hold_views(
+    poster: Poster, server: StatusServer, devcluster: DevCluster
+) -> None:
+    devcluster.ensure_namespace(NS)
+    devcluster.create_trainjob(NS, "viewed")
+    code, _ = await poster.post("viewed", {"trainerStatus": {"progressPercentage": 7}})
+    assert code == 200
+    stored = devcluster.get("trainjobs", NS, "viewed", "trainer.kubeflow.org")
+    assert stored is not None
+    assert stored["metadata"]["managedFields"]
+    # The watch delivers the written object; the cache keeps its view.
+    for _ in range(100):
+        cached = server.trainjobs.get(NS, "viewed")
+        if (
+            cached
+            and cached["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
+        ):
+            break
+        await asyncio.sleep(0.02)
+    assert cached == trainjob_view(stored)
+    assert set(cached) == {"metadata", "status"}
+    assert "managedFields" not in cached["metadata"]
