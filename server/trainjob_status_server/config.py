@@ -177,7 +177,7 @@ _FLAGS = (
     _Flag("kube_api_timeout", float, "seconds before a Kubernetes API call is abandoned"),
     _Flag("read_timeout", float, "seconds to receive a request body"),
     _Flag("idle_timeout", float, "seconds an idle keep-alive connection stays open"),
-    _Flag("max_connections", int, "open client connections at most; more wait in backlog"),
+    _Flag("max_connections", int, "open client connections at most; one more is closed on arrival"),
     _Flag("shutdown_timeout", float, "seconds in-flight requests get to finish on SIGTERM"),
     _Flag(
         "write_mode",
