@@ -70,30 +70,25 @@ async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
     """The body, at most ``limit`` bytes whether announced or chunked (413 beyond), within
     ``seconds`` (408 for a client that stalls)."""
     stream = request.content
+    deadline = asyncio.get_running_loop().time() + seconds
     chunks: list[bytes] = []
     size = 0
-    # Most posts arrive whole with their headers: take what is buffered without arming a
-    # timer, and wait (under the timeout) only for a body that is still on its way.
-    while chunk := stream.read_nowait():
+    while True:
+        # Most posts arrive whole with their headers: what is buffered is taken without
+        # arming a timer; only a body still on its way is waited for, under the deadline.
+        chunk = stream.read_nowait()
+        if not chunk and not stream.at_eof():
+            try:
+                async with asyncio.timeout_at(deadline):
+                    chunk = await stream.readany()
+            except TimeoutError as exc:
+                raise errors.request_timeout() from exc
+        if not chunk:
+            return b"".join(chunks)
         size += len(chunk)
         if size > limit:
             raise errors.payload_too_large()
         chunks.append(chunk)
-    if stream.at_eof():
-        return b"".join(chunks)
-    try:
-        async with asyncio.timeout(seconds):
-            while True:
-                chunk = await stream.readany()
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > limit:
-                    raise errors.payload_too_large()
-                chunks.append(chunk)
-    except TimeoutError as exc:
-        raise errors.request_timeout() from exc
-    return b"".join(chunks)
 
 
 def json_response(body: dict[str, Any]) -> web.Response:

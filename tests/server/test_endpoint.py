@@ -14,9 +14,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from trainjob_status_server.app import StatusServer
+from trainjob_status_server.auth.testing import AcceptAll
+from trainjob_status_server.config import Config
 from trainjob_status_server.devcluster import DevCluster
 
-from .conftest import GROUP, NS, Poster, status_path
+from .conftest import GROUP, NS, Poster, ServingCerts, status_path, with_changes
 
 LUT = "2026-12-02T18:33:25Z"
 
@@ -470,3 +472,40 @@ async def test_a_stalled_api_server_gives_503_for_an_unknown_trainjob(
     )
     assert (code, body["reason"]) == (503, "ServiceUnavailable")
     assert loop.time() - started < poster.server.config.kube_api_timeout + 3
+
+
+async def test_a_body_that_stalls_gets_408_and_nothing_is_written(
+    config: Config, certs: ServingCerts, devcluster: DevCluster
+) -> None:
+    """A client that announces a body and sends only part of it is answered 408 once
+    --read-timeout has passed, with Connection: close."""
+    devcluster.create_trainjob(NS, "tj")
+    before = rv(devcluster)
+    async with StatusServer(with_changes(config, read_timeout=0.5), AcceptAll()) as running:
+        await running.trainjobs.synced.wait()
+        host, port = running.url.removeprefix("https://").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(
+            host, int(port), ssl=certs.client_context(), server_hostname="localhost"
+        )
+        path = status_path(NS, "tj")
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer t\r\n"
+            f"Content-Type: application/json\r\nContent-Length: 60\r\n\r\n".encode()
+            + b'{"trainerStatus": {"progressPercentage"'
+        )
+        await writer.drain()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        answer = b""
+        while b'"code":408}' not in answer:
+            more = await asyncio.wait_for(reader.read(4096), 10)
+            assert more, answer
+            answer += more
+        waited = loop.time() - started
+        writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 ")
+    assert b"Connection: close" in head.split(b"\r\n")
+    assert status(json.loads(body)) == ("Timeout", "Request body not received in time", 408)
+    assert 0.4 < waited < 5
+    assert rv(devcluster) == before
