@@ -33,7 +33,15 @@ from . import selfmetrics
 from .kube.cache import WatchCache
 from .kube.resources import Key, Obj, key_of
 from .kube.store import CacheEvent
-from .series import FAMILIES, METRIC, TrainJobSeries, allowance, newly_skipped, series_of
+from .series import (
+    FAMILIES,
+    METRIC,
+    NONE_SKIPPED,
+    TrainJobSeries,
+    allowance,
+    newly_skipped,
+    series_of,
+)
 
 DEFAULT_MAX_SERIES = 100_000
 """Default of ``--max-exported-series``: every TrainJob's core series fit far beyond
@@ -98,16 +106,32 @@ def format_value(value: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RenderedSeries:
-    """A TrainJob's series and their sample lines (labels sorted, as prometheus_client
-    writes them, so the two rendering paths agree byte for byte)."""
+    """A TrainJob's sample lines (labels sorted, as prometheus_client writes them, so the
+    two rendering paths agree byte for byte), and what it skipped.
 
-    series: TrainJobSeries
-    core: tuple[tuple[int, bytes], ...]  # (family index, line) in series.core order
+    Only the lines are kept, not the figures they were rendered from: a scrape needs
+    nothing else, and the collector reads the figures from the TrainJob cache.
+    """
+
+    core_families: bytes  # the family index of each core line, in line order
+    core_joined: bytes  # the core lines, each ending in a newline, in CORE order
     metrics_joined: bytes  # the metric lines, each ending in a newline, in series order
+    metric_count: int
+    skipped: frozenset[tuple[str, str]]
 
     @property
-    def metric_count(self) -> int:
-        return len(self.series.metrics)
+    def core_count(self) -> int:
+        return len(self.core_families)
+
+    @property
+    def count(self) -> int:
+        """Series this TrainJob yields."""
+        return len(self.core_families) + self.metric_count
+
+    def core_lines(self, count: int) -> list[tuple[int, bytes]]:
+        """(family index, line) of the first ``count`` core lines."""
+        lines = self.core_joined.splitlines(keepends=True)[:count]
+        return list(zip(self.core_families, lines, strict=False))
 
     def metric_lines(self, count: int) -> list[bytes]:
         """The first ``count`` metric lines (only a capped scrape needs them apart; no
@@ -120,15 +144,20 @@ class RenderedSeries:
             f'namespace="{escape_label_value(series.namespace)}",'
             f'trainjob="{escape_label_value(series.trainjob)}"'
         )
-        core = tuple(
-            (_INDEX[family], f"{family}{{{labels}}} {format_value(value)}\n".encode())
-            for family, value in series.core
+        core = "".join(
+            f"{family}{{{labels}}} {format_value(value)}\n" for family, value in series.core
         )
-        metrics = tuple(
+        metrics = "".join(
             f'{METRIC}{{name="{escape_label_value(name)}",{labels}}} {format_value(value)}\n'
             for name, value in series.metrics
         )
-        return cls(series, core, "".join(metrics).encode())
+        return cls(
+            core_families=bytes(_INDEX[family] for family, _ in series.core),
+            core_joined=core.encode(),
+            metrics_joined=metrics.encode(),
+            metric_count=len(series.metrics),
+            skipped=series.skipped,
+        )
 
 
 def exposition(selection: Iterable[tuple[RenderedSeries, int, int]]) -> bytes:
@@ -136,7 +165,7 @@ def exposition(selection: Iterable[tuple[RenderedSeries, int, int]]) -> bytes:
     formats) from (TrainJob, core series kept, metric series kept)."""
     lines: list[list[bytes]] = [[] for _ in FAMILIES]
     for rendered, core, metrics in selection:
-        for index, line in rendered.core[:core]:
+        for index, line in rendered.core_lines(core):
             lines[index].append(line)
         if metrics == rendered.metric_count:
             lines[_METRIC_INDEX].append(rendered.metrics_joined)
@@ -216,34 +245,37 @@ class Exporter:
         new = series_of(obj) if obj is not None else None
         old = self._rendered.pop(key, None)
         if old is not None:
-            self._total -= old.series.count
-        skipped = newly_skipped(old.series if old is not None else None, new)
-        if skipped:
-            selfmetrics.METRIC_VALUES_SKIPPED.inc(skipped)
+            self._total -= old.count
         if new is not None:
-            self._rendered[key] = RenderedSeries.of(new)
-            self._total += new.count
+            skipped = newly_skipped(NONE_SKIPPED if old is None else old.skipped, new.skipped)
+            if skipped:
+                selfmetrics.METRIC_VALUES_SKIPPED.inc(skipped)
+            rendered = RenderedSeries.of(new)
+            self._rendered[key] = rendered
+            self._total += rendered.count
 
-    def selection(self) -> Iterator[tuple[RenderedSeries, int, int]]:
-        """(TrainJob, core series kept, metric series kept) for one scrape; counts what
-        the cap drops."""
+    def selection(self) -> Iterator[tuple[Key, RenderedSeries, int, int]]:
+        """(TrainJob, its lines, core series kept, metric series kept) for one scrape;
+        counts what the cap drops."""
         if self.max_series == 0 or self._total <= self.max_series:
-            for rendered in self._rendered.values():
-                yield rendered, len(rendered.core), rendered.metric_count
+            for key, rendered in self._rendered.items():
+                yield key, rendered, rendered.core_count, rendered.metric_count
             return
         # Over the cap: a stable order, so the same series stay exported scrape after
         # scrape instead of flapping with the cache's insertion order.
-        ordered = [self._rendered[key] for key in sorted(self._rendered)]
-        kept, dropped = allowance([(len(r.core), r.metric_count) for r in ordered], self.max_series)
+        ordered = sorted(self._rendered.items())
+        kept, dropped = allowance(
+            [(r.core_count, r.metric_count) for _, r in ordered], self.max_series
+        )
         selfmetrics.EXPORTED_SERIES_DROPPED.inc(dropped)
-        for rendered, (core, metrics) in zip(ordered, kept, strict=True):
-            yield rendered, core, metrics
+        for (key, rendered), (core, metrics) in zip(ordered, kept, strict=True):
+            yield key, rendered, core, metrics
 
     # -- rendering --------------------------------------------------------------------------
 
     def trainjob_exposition(self) -> bytes:
         """The per-TrainJob families of one scrape, as sample text."""
-        return exposition(self.selection())
+        return exposition((r, core, metrics) for _, r, core, metrics in self.selection())
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         """The whole page for a scraper's Accept header: (body, Content-Type)."""
@@ -275,8 +307,13 @@ class TrainJobCollector:
 
     def collect(self) -> Iterable[Metric]:
         families = [GaugeMetricFamily(f.name, f.help, labels=f.labels) for f in FAMILIES]
-        for rendered, core, metrics in self.exporter.selection():
-            series = rendered.series
+        for key, _, core, metrics in self.exporter.selection():
+            # The cache holds what the lines were rendered from: listeners run on each
+            # change, so the two never disagree between events.
+            held = self.exporter.trainjobs.get(*key)
+            series = series_of(held) if held is not None else None
+            if series is None:
+                continue
             for family, value in series.core[:core]:
                 families[_INDEX[family]].add_metric([series.namespace, series.trainjob], value)
             for name, value in series.metrics[:metrics]:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from .views import metric_pairs
+
 PROGRESS = "trainjob_progress_ratio"
 ESTIMATED_REMAINING = "trainjob_estimated_remaining_seconds"
 LAST_UPDATE = "trainjob_last_update_timestamp_seconds"
@@ -66,6 +68,10 @@ CORE = (LAST_UPDATE, PROGRESS, ESTIMATED_REMAINING)
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 
 
+NONE_SKIPPED: frozenset[tuple[str, str]] = frozenset()
+"""Shared by every TrainJob with nothing skipped (216 B each otherwise)."""
+
+
 @dataclass(frozen=True, slots=True)
 class TrainJobSeries:
     """What one TrainJob with a trainerStatus exports.
@@ -79,7 +85,7 @@ class TrainJobSeries:
     trainjob: str
     core: tuple[tuple[str, float], ...] = ()
     metrics: tuple[tuple[str, float], ...] = ()
-    skipped: frozenset[tuple[str, str]] = frozenset()
+    skipped: frozenset[tuple[str, str]] = NONE_SKIPPED
 
     @property
     def count(self) -> int:
@@ -118,23 +124,19 @@ def series_of(trainjob: Mapping[str, Any]) -> TrainJobSeries | None:
     )
 
 
-# Shared by every TrainJob with nothing skipped (216 B each otherwise).
-_NONE_SKIPPED: frozenset[tuple[str, str]] = frozenset()
-
-
 def _metrics(
     items: Any,
 ) -> tuple[tuple[tuple[str, float], ...], frozenset[tuple[str, str]]]:
-    if not isinstance(items, list):
-        return (), frozenset()
+    # The API's list of {name, value} objects, or a cache view's (name, value) pairs.
+    if isinstance(items, list):
+        items = metric_pairs(items)
+    elif not isinstance(items, tuple):
+        return (), NONE_SKIPPED
     # A name reported twice would give two samples with the same labels, which
     # Prometheus rejects: the last one reported wins, as in a JSON object.
     latest: dict[str, str] = {}
-    for item in items:
-        if not isinstance(item, dict):
-            continue
-        name, value = item.get("name"), item.get("value")
-        if isinstance(name, str) and name and isinstance(value, str):
+    for name, value in items:
+        if name:
             latest.pop(name, None)  # the last occurrence also decides the position
             latest[name] = value
     exported: list[tuple[str, float]] = []
@@ -145,7 +147,7 @@ def _metrics(
             skipped.add((name, value))
         else:
             exported.append((_text(name), number))
-    return tuple(exported), frozenset(skipped) if skipped else _NONE_SKIPPED
+    return tuple(exported), frozenset(skipped) if skipped else NONE_SKIPPED
 
 
 def parse_number(text: str) -> float | None:
@@ -171,17 +173,14 @@ def parse_time(text: str) -> float | None:
         return None
 
 
-def newly_skipped(old: TrainJobSeries | None, new: TrainJobSeries | None) -> int:
-    """How many non-numeric (name, value) pairs ``new`` has that ``old`` had not.
+def newly_skipped(old: frozenset[tuple[str, str]], new: frozenset[tuple[str, str]]) -> int:
+    """How many of a TrainJob's non-numeric (name, value) pairs ``new`` holds that ``old``
+    (what it skipped before this change) did not.
 
     The skip counter counts these on each change of a TrainJob, so a value that stays
     non-numeric across updates and scrapes is counted once, and a new one once more.
     """
-    if new is None or not new.skipped:
-        return 0
-    if old is None:
-        return len(new.skipped)
-    return len(new.skipped - old.skipped)
+    return len(new - old) if new else 0
 
 
 def allowance(counts: Sequence[tuple[int, int]], cap: int) -> tuple[list[tuple[int, int]], int]:

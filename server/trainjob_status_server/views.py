@@ -6,6 +6,12 @@ heap each for typical ones); the server reads a handful of fields. Views keep th
 the objects' own shape, so code reading a view reads it as it would the whole object.
 Namespace and name strings are interned: the same TrainJob's key then costs one copy
 across the caches, the writer and the exporter.
+
+One departure from the objects' shape, for size: a TrainJob view's
+``status.trainerStatus.metrics`` is a tuple of (name, value) pairs instead of a list of
+{name, value} objects (a two-key dict costs 184 B, a pair 56 B; 8 metrics on 10,000
+TrainJobs make the difference 10 MiB). Entries that are not an object with a string name
+and value are left out: nothing could export them.
 """
 
 from __future__ import annotations
@@ -46,7 +52,8 @@ def trainjob_view(obj: Obj) -> Obj:
     if isinstance(status, dict) and "trainerStatus" in status:
         trainer = status["trainerStatus"]
         if isinstance(trainer, dict) and isinstance(trainer.get("metrics"), list):
-            trainer = {**trainer, "metrics": [_metric(item) for item in trainer["metrics"]]}
+            trainer = dict(trainer)  # at the source's size; {**trainer} allocates twice the room
+            trainer["metrics"] = metric_pairs(trainer["metrics"])
         view["status"] = {"trainerStatus": trainer}
     return view
 
@@ -62,14 +69,17 @@ def written_view(obj: Obj) -> Obj:
     return view
 
 
-def _metric(item: Any) -> Any:
-    # Metric names repeat across TrainJobs ("loss", "accuracy"): one copy of each.
-    if isinstance(item, dict) and isinstance(item.get("name"), str):
-        # dict() copies at the source's size; {**item} would allocate twice the room.
-        copied = dict(item)
-        copied["name"] = sys.intern(item["name"])
-        return copied
-    return item
+def metric_pairs(items: list[Any]) -> tuple[tuple[str, str], ...]:
+    """``trainerStatus.metrics`` as (name, value) pairs, in order, names interned (they
+    repeat across TrainJobs: "loss", "accuracy"); entries without a string name and a
+    string value are left out."""
+    pairs = []
+    for item in items:
+        if isinstance(item, dict):
+            name, value = item.get("name"), item.get("value")
+            if isinstance(name, str) and isinstance(value, str):
+                pairs.append((sys.intern(name), value))
+    return tuple(pairs)
 
 
 def pod_view(obj: Obj, labels: tuple[str, ...]) -> Obj:

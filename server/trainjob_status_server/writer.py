@@ -87,7 +87,8 @@ class CoalescingWriter:
         self._pending: dict[Key, Pending] = {}
         self._in_flight: set[Key] = set()
         self._last_start: dict[Key, float] = {}
-        self._written: dict[Key, Obj] = {}  # views of what our own writes returned
+        # Views of what our own writes returned, until the cache shows them.
+        self._written: dict[Key, Obj] = {}
         self._schedule = Schedule()
         self._wake = asyncio.Event()
         self._settled = asyncio.Event()
@@ -133,6 +134,11 @@ class CoalescingWriter:
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    @property
+    def unseen_writes(self) -> int:
+        """Own writes the TrainJob cache does not show yet (remembered until it does)."""
+        return len(self._written)
 
     async def wait_idle(self) -> None:
         """Until nothing is pending or in flight (tests and the demo use it)."""
@@ -209,7 +215,17 @@ class CoalescingWriter:
         selfmetrics.API_WRITE_DURATION.observe(self.clock() - started)
         selfmetrics.API_WRITES.labels("ok").inc()
         selfmetrics.WRITE_FRESHNESS.observe(self.clock() - pending.accepted_at)
-        self._written[key] = written_view(written)
+        self._remember(key, written)
+
+    def _remember(self, key: Key, written: Obj) -> None:
+        """Keep what ``written`` (an answer of the API server) orders updates by, until
+        the cache shows it or something newer: a post that arrives between the write
+        and its watch event must not be taken for newer than what is stored."""
+        held = self.trainjobs.get(*key)
+        if held is not None and newer_object(held, written) is held:
+            self._written.pop(key, None)
+        else:
+            self._written[key] = written_view(written)
 
     async def _failed(self, key: Key, pending: Pending, exc: KubeError) -> None:
         if exc.status == 404:
@@ -229,7 +245,7 @@ class CoalescingWriter:
                 if fresh is None:
                     self._drop(key, "not_found")
                     return
-                self._written[key] = written_view(fresh)
+                self._remember(key, fresh)
             quick = pending.attempts < _QUICK_CONFLICT_RETRIES
             self._retry(key, pending, 0.0 if quick else None)
         else:
@@ -257,6 +273,10 @@ class CoalescingWriter:
     def _on_trainjob(self, event: CacheEvent) -> None:
         if event.new is None:
             self._forget(event.key)
+            return
+        written = self._written.get(event.key)
+        if written is not None and newer_object(event.new, written) is event.new:
+            del self._written[event.key]  # the cache has caught up with our write
 
     # -- lifecycle ---------------------------------------------------------------------
 

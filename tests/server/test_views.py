@@ -45,9 +45,39 @@ def test_a_trainjob_view_keeps_identity_deletion_and_the_trainer_status() -> Non
             "resourceVersion": "42",
             "deletionTimestamp": "2026-12-03T10:05:00Z",
         },
-        "status": {"trainerStatus": trainer},
+        "status": {
+            "trainerStatus": {
+                "progressPercentage": 5,
+                "metrics": (("loss", "0.5"),),
+                "lastUpdatedTime": "2026-12-03T10:00:01Z",
+            }
+        },
     }
     assert obj["status"]["trainerStatus"] is trainer  # the input is not changed
+    assert trainer["metrics"] == [{"name": "loss", "value": "0.5"}, "not a metric"]
+
+
+def test_a_views_metrics_are_pairs_in_order_without_entries_nothing_could_export() -> None:
+    items = [
+        {"name": "loss", "value": "0.5"},
+        {"name": "loss", "value": "0.25"},
+        {"name": "acc"},
+        {"name": 7, "value": "1"},
+        {"name": "step", "value": 3},
+        "garbage",
+        {"name": "", "value": "1", "extra": True},
+        {"name": "lr", "value": "nan"},
+    ]
+    view = trainjob_view({"metadata": META, "status": {"trainerStatus": {"metrics": items}}})
+    pairs = view["status"]["trainerStatus"]["metrics"]
+    assert pairs == (("loss", "0.5"), ("loss", "0.25"), ("", "1"), ("lr", "nan"))
+    # Names are interned: one copy across TrainJobs.
+    other = trainjob_view(
+        {"metadata": META, "status": {"trainerStatus": {"metrics": [
+            {"name": "".join(["lo", "ss"]), "value": "1"}
+        ]}}}
+    )  # fmt: skip
+    assert other["status"]["trainerStatus"]["metrics"][0][0] is pairs[0][0]
 
 
 def test_the_writers_view_keeps_what_orders_updates() -> None:
@@ -111,3 +141,5 @@ async def test_the_servers_trainjob_cache_and_writer_hold_views(
     assert cached == trainjob_view(stored)
     assert set(cached) == {"metadata", "status"}
     assert "managedFields" not in cached["metadata"]
+    # Once the cache shows the write, the writer no longer keeps its own copy.
+    assert server.writer.unseen_writes == 0
