@@ -170,12 +170,18 @@ class StatusServer:
             config.port,
             ssl_context=None if self.tls is None else self.tls.context,
             max_connections=config.max_connections,
+            header_timeout=config.read_timeout,
         )
         await self._site.start()
         self._metrics = web.AppRunner(self.metrics_app(), access_log=None, handle_signals=False)
         await self._metrics.setup()
         self._metrics_site = CappedSite(
-            self._metrics, config.host, config.metrics_port, ssl_context=None, max_connections=64
+            self._metrics,
+            config.host,
+            config.metrics_port,
+            ssl_context=None,
+            max_connections=64,
+            header_timeout=config.read_timeout,
         )
         await self._metrics_site.start()
         log.info("serving", extra={"url": self.url, "metrics_url": self.metrics_url})

@@ -175,7 +175,12 @@ _FLAGS = (
     _Flag("kube_api_qps", float, "sustained Kubernetes API requests per second"),
     _Flag("kube_api_burst", int, "Kubernetes API request burst"),
     _Flag("kube_api_timeout", float, "seconds before a Kubernetes API call is abandoned"),
-    _Flag("read_timeout", float, "seconds to receive a request body"),
+    _Flag(
+        "read_timeout",
+        float,
+        "seconds to receive a request body; also for a new connection's TLS handshake and"
+        " first request's headers (closed otherwise)",
+    ),
     _Flag("idle_timeout", float, "seconds an idle keep-alive connection stays open"),
     _Flag("max_connections", int, "open client connections at most; one more is closed on arrival"),
     _Flag("shutdown_timeout", float, "seconds in-flight requests get to finish on SIGTERM"),

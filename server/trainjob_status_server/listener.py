@@ -1,7 +1,12 @@
-"""A TCP listener for an aiohttp runner with a cap on open connections.
+"""A TCP listener for an aiohttp runner with a cap on open connections and a deadline for
+the first request of each.
 
 Connections beyond the cap are closed as soon as they arrive instead of queueing inside
-the server: a flood of idle or slow clients cannot starve the pods that report.
+the server: a flood of idle or slow clients cannot starve the pods that report. aiohttp
+times a connection out only between requests (its keep-alive timer starts after a
+response), so a client that connects and then sends nothing, or its headers a byte at a
+time, would hold a slot for ever; here a connection whose first request's headers have
+not all arrived ``header_timeout`` seconds after it opened is closed.
 """
 
 from __future__ import annotations
@@ -18,6 +23,62 @@ class _Refuse(asyncio.Protocol):
         transport.close()
 
 
+_END_OF_HEADERS = b"\r\n\r\n"
+
+
+class FirstRequestDeadline(asyncio.Protocol):
+    """Passes everything to ``inner`` (aiohttp's protocol for the connection) and closes
+    the connection if the first request's headers (up to the blank line that ends them)
+    are not in within ``seconds`` of the connection being made. After that it only
+    forwards."""
+
+    def __init__(self, inner: asyncio.Protocol, seconds: float) -> None:
+        self.inner = inner
+        self.seconds = seconds
+        self.timed_out = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._waiting = True  # for the end of the first request's headers
+        self._tail = b""  # the last bytes seen, for a blank line split across reads
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._timer = asyncio.get_running_loop().call_later(self.seconds, self._expire, transport)
+        self.inner.connection_made(transport)
+
+    def _expire(self, transport: asyncio.BaseTransport) -> None:
+        self._timer = None
+        if self._waiting:
+            self.timed_out = True
+            transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self._waiting:
+            seen = self._tail + data
+            if _END_OF_HEADERS in seen:
+                self._waiting = False
+                self._cancel()
+            else:
+                self._tail = seen[-3:]
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel()
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    def _cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
 class CappedSite(web.BaseSite):
     def __init__(
         self,
@@ -27,12 +88,14 @@ class CappedSite(web.BaseSite):
         *,
         ssl_context: ssl.SSLContext | None,
         max_connections: int,
+        header_timeout: float,
         backlog: int = 128,
     ) -> None:
         super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
         self._host = host
         self._port = port
         self._max_connections = max_connections
+        self._header_timeout = header_timeout
         self.refused = 0
 
     @property
@@ -58,7 +121,7 @@ class CappedSite(web.BaseSite):
             if len(server.connections) >= self._max_connections:
                 self.refused += 1
                 return _Refuse()
-            return server()
+            return FirstRequestDeadline(server(), self._header_timeout)
 
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
@@ -67,6 +130,7 @@ class CappedSite(web.BaseSite):
             self._port,
             ssl=self._ssl_context,
             backlog=self._backlog,
+            ssl_handshake_timeout=self._header_timeout if self._ssl_context else None,
             reuse_address=True,
             family=socket.AF_INET6 if ":" in self._host else socket.AF_INET,
         )
