@@ -32,6 +32,11 @@ from .writer import CoalescingWriter, DirectWriter
 
 log = logging.getLogger(__name__)
 
+TRAINJOB_ABSENT_SECONDS = 10.0
+"""How long a TrainJob the API server said does not exist is taken as missing without
+asking again (unless the watch shows it sooner): posts and pod admissions for a deleted
+or never-created TrainJob cost one GET per period, not one each."""
+
 
 class StatusServer:
     """The whole server for one Config; ``async with`` runs it."""
@@ -44,7 +49,9 @@ class StatusServer:
             qps=config.kube_api_qps,
             burst=config.kube_api_burst,
         )
-        self.trainjobs = WatchCache(self.kube, TRAINJOBS, transform=trainjob_view)
+        self.trainjobs = WatchCache(
+            self.kube, TRAINJOBS, transform=trainjob_view, absent_seconds=TRAINJOB_ABSENT_SECONDS
+        )
         # Gauges per TrainJob from this cache, the self-metrics, process metrics.
         self.exporter = Exporter(self.trainjobs, max_series=config.max_exported_series)
         # The token authenticator has I/O (keys, pods) and a lifecycle; others have none.

@@ -53,9 +53,6 @@ class InjectorSettings:
     """Seconds one review may take before the pod is admitted unchanged; below the
     webhook configuration's ``timeoutSeconds`` so the answer is ours, not the API
     server's timeout."""
-    negative_ttl: float = 10.0
-    """Seconds a TrainJob the API server said does not exist is remembered, so the pods
-    of a JobSet that is no TrainJob's cost one lookup, not one each."""
 
 
 class JobSetSteps:
@@ -129,14 +126,10 @@ class PodInjector:
         settings: InjectorSettings,
         trainjobs: WatchCache,
         steps: JobSetSteps | None = None,
-        *,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.trainjobs = trainjobs
         self.steps = steps
-        self._clock = clock
-        self._absent: dict[Key, float] = {}
         for result in injection.RESULTS:
             INJECTIONS.labels(result=result)  # every series exists from the start, at 0
 
@@ -210,19 +203,9 @@ class PodInjector:
         return selector.matches({**step, **labels})
 
     async def _trainjob_exists(self, namespace: str, name: str) -> bool:
-        key = (namespace, name)
-        if self.trainjobs.get(namespace, name) is not None:
-            return True
-        until = self._absent.get(key)
-        if until is not None and until > self._clock():
-            return False
-        if await self.trainjobs.get_or_fetch(namespace, name) is not None:
-            self._absent.pop(key, None)
-            return True
-        if len(self._absent) > 4096:
-            self._absent.clear()
-        self._absent[key] = self._clock() + self.settings.negative_ttl
-        return False
+        # The cache remembers a TrainJob found missing for a while, so the pods of a
+        # JobSet that is no TrainJob's cost one lookup, not one each.
+        return await self.trainjobs.get_or_fetch(namespace, name) is not None
 
 
 def review_response(uid: str, patch: injection.Patch) -> web.Response:

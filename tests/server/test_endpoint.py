@@ -158,6 +158,28 @@ async def test_missing_trainjob_is_404_and_not_created(
     assert devcluster.faults.count("patch") == 0
 
 
+async def test_posts_for_a_missing_trainjob_cost_one_lookup_until_it_appears(
+    poster: Poster, devcluster: DevCluster
+) -> None:
+    devcluster.ensure_namespace(NS)
+    devcluster.faults.reset_counts()
+    update = {"trainerStatus": {"progressPercentage": 1, "lastUpdatedTime": LUT}}
+    for _ in range(5):
+        code, body = await poster.post("late", update)
+        assert (code, status(body)) == (404, ("NotFound", "Train job not found", 404))
+    assert devcluster.faults.count("get", "trainjobs") == 1
+    # Created now: the watch shows it, and the next post is written without a lookup.
+    devcluster.create_trainjob(NS, "late")
+    for _ in range(200):
+        if poster.server.trainjobs.get(NS, "late") is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert (await poster.post("late", update))[0] == 200
+    await poster.server.writer.wait_idle()
+    assert stored(devcluster, "late")["status"]["trainerStatus"]["progressPercentage"] == 1
+    assert devcluster.faults.count("get", "trainjobs") == 1
+
+
 async def test_a_trainjob_created_a_moment_ago_is_found(
     poster: Poster, devcluster: DevCluster, server: StatusServer
 ) -> None:

@@ -309,6 +309,37 @@ async def test_concurrent_misses_share_one_request(
     assert devcluster.faults.count("get", "trainjobs") == 1
 
 
+async def test_a_missing_object_is_remembered_for_a_while_and_until_the_watch_shows_it(
+    devcluster: DevCluster, start_cache: Any
+) -> None:
+    now = [1000.0]
+    cache, _ = await start_cache(absent_seconds=10.0, clock=lambda: now[0])
+    for _ in range(3):
+        assert await cache.get_or_fetch(NS, "later") is None
+    assert devcluster.faults.count("get", "trainjobs") == 1
+    now[0] += 10.5  # the memory has run out: ask again
+    assert await cache.get_or_fetch(NS, "later") is None
+    assert devcluster.faults.count("get", "trainjobs") == 2
+    # Created while remembered as missing: the watch shows it at once.
+    devcluster.create_trainjob(NS, "later")
+    await eventually(lambda: cache.get(NS, "later") is not None)
+    assert await cache.get_or_fetch(NS, "later") is not None
+    # Deleted again: the watch says so, and a miss asks the API server again.
+    devcluster.delete("trainjobs", NS, "later", GROUP)
+    await eventually(lambda: cache.get(NS, "later") is None)
+    assert await cache.get_or_fetch(NS, "later") is None
+    assert devcluster.faults.count("get", "trainjobs") == 3
+
+
+async def test_without_absent_seconds_every_miss_asks(
+    devcluster: DevCluster, start_cache: Any
+) -> None:
+    cache, _ = await start_cache()
+    for _ in range(3):
+        assert await cache.get_or_fetch(NS, "missing") is None
+    assert devcluster.faults.count("get", "trainjobs") == 3
+
+
 async def test_a_namespaced_cache_does_not_fetch_other_namespaces(
     devcluster: DevCluster, start_cache: Any
 ) -> None:

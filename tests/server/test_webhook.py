@@ -17,6 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import REGISTRY
 
 from trainjob_status_server import injection
+from trainjob_status_server.app import TRAINJOB_ABSENT_SECONDS
 from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.injection import Selector, Target
 from trainjob_status_server.kube.cache import WatchCache
@@ -89,7 +90,7 @@ async def make_rig(
         KubeClient(cluster.kubeconfig_path, qps=1000, burst=1000, timeout=2.0) as kube,
         standin.client() as standin_kube,
     ):
-        trainjobs = WatchCache(kube, TRAINJOBS)
+        trainjobs = WatchCache(kube, TRAINJOBS, absent_seconds=TRAINJOB_ABSENT_SECONDS)
         await trainjobs.start()
         await trainjobs.wait_synced()
         injector = PodInjector(settings, trainjobs, JobSetSteps(standin_kube) if steps else None)

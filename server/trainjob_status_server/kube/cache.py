@@ -31,6 +31,9 @@ Listener = Callable[[CacheEvent], None]
 
 DEFAULT_BACKOFF = Backoff()
 
+MAX_ABSENT = 4096
+"""Missing objects ``get_or_fetch`` remembers at most."""
+
 
 class WatchCache:
     """The objects of ``resource`` (in ``namespace``, or all; matching
@@ -39,7 +42,10 @@ class WatchCache:
     ``synced`` is set once the first list has been loaded and stays set: after that the
     cache serves what it has while it recovers from failures. ``transform``, when given,
     maps every object before it is kept (what ``get``, ``list`` and listeners see): it
-    must keep ``metadata`` name, namespace, uid and resourceVersion.
+    must keep ``metadata`` name, namespace, uid and resourceVersion. ``absent_seconds``
+    (0: not at all) is how long ``get_or_fetch`` remembers that the API server said an
+    object does not exist, so a caller that keeps asking for a missing object costs one
+    request per period, not one per call; the watch showing the object ends that at once.
     """
 
     def __init__(
@@ -50,6 +56,7 @@ class WatchCache:
         namespace: str | None = None,
         label_selector: str | None = None,
         transform: Callable[[Obj], Obj] | None = None,
+        absent_seconds: float = 0.0,
         watch_seconds: float = 300.0,
         backoff: Backoff = DEFAULT_BACKOFF,
         min_watch_seconds: float = 1.0,
@@ -61,6 +68,7 @@ class WatchCache:
         self.namespace = namespace
         self.label_selector = label_selector
         self.transform = transform
+        self.absent_seconds = absent_seconds
         self.watch_seconds = watch_seconds
         self.backoff = backoff
         self.min_watch_seconds = min_watch_seconds
@@ -72,6 +80,7 @@ class WatchCache:
         self._listeners: list[Listener] = []
         self._task: asyncio.Task[None] | None = None
         self._fetches: dict[Key, asyncio.Task[Obj | None]] = {}
+        self._absent: dict[Key, float] = {}  # key -> until when (clock) it is known absent
         self._failures = 0  # consecutive list/watch attempts that made no progress
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -123,6 +132,11 @@ class WatchCache:
             return held
         if self.namespace is not None and namespace != self.namespace:
             return None
+        until = self._absent.get(key)
+        if until is not None:
+            if until > self._clock():
+                return None
+            del self._absent[key]
         fetch = self._fetches.get(key)
         if fetch is None:
             fetch = asyncio.create_task(self._fetch(namespace, name))
@@ -155,7 +169,19 @@ class WatchCache:
             found = listed.items[0] if listed.items else None
         if found is not None:
             self._notify(self._store.offer_fetched(self._view(found), self.resource_version))
+        elif self.absent_seconds > 0 and self._store.get((namespace, name)) is None:
+            self._remember_absent((namespace, name))
         return found
+
+    def _remember_absent(self, key: Key) -> None:
+        now = self._clock()
+        if len(self._absent) >= MAX_ABSENT:
+            for known, until in list(self._absent.items()):
+                if until <= now:
+                    del self._absent[known]
+            if len(self._absent) >= MAX_ABSENT:
+                self._absent.clear()  # a flood of names: forget, rather than grow
+        self._absent[key] = now + self.absent_seconds
 
     def _view(self, obj: Obj) -> Obj:
         return obj if self.transform is None else self.transform(obj)
@@ -173,6 +199,8 @@ class WatchCache:
         for event in events:
             if event is None:
                 continue
+            if event.new is not None:
+                self._absent.pop(event.key, None)
             for listener in list(self._listeners):
                 try:
                     listener(event)
