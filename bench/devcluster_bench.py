@@ -1,10 +1,16 @@
 """How much the development cluster takes on one core: TrainJob status writes per second
 (server-side apply to /status over HTTPS keep-alive), alone and with 1,000 open watches.
 
-The cluster runs in a child process pinned to CPU 0; this process (the load) is pinned to
-CPU 1. Prints figures; asserts nothing. Usage:
+The cluster runs in a child process pinned to CPU 0; the load is pinned to CPU 1. The
+writes come from wrk (``--load wrk``, the default: one thread, keep-alive connections, a
+Lua script written into the run's temporary directory that sends every write a status it
+has not had before) or from an aiohttp client in this process (``--load aiohttp``). The
+watches are aiohttp streams of this process either way. Every write is checked to have
+changed its object: the store's resourceVersion moves once per stored change. Prints
+figures; asserts nothing. Needs ``wrk`` and ``taskset``. Usage:
 
-    .venv/bin/python bench/devcluster_bench.py [--seconds 10] [--writers 32] [--watches 1000]
+    .venv/bin/python bench/devcluster_bench.py [--seconds 10] [--load wrk|aiohttp]
+        [--connections 32] [--watches 1000]
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import asyncio
 import base64
 import json
 import os
+import resource
+import shutil
 import signal
 import ssl
 import statistics
@@ -21,14 +29,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import yaml
 
+from _harness import parse_wrk
+
 TJ = "/apis/trainer.kubeflow.org/v1alpha1"
 NS = "bench"
+JOBS = 200
+SERVER_CPU, LOAD_CPU = 0, 1
 
 
 def pin(cpu: int) -> None:
@@ -39,7 +52,7 @@ def pin(cpu: int) -> None:
 def start_cluster(workdir: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     kubeconfig = workdir / "kubeconfig"
     command = [
-        "taskset", "-c", "0",
+        "taskset", "-c", str(SERVER_CPU),
         sys.executable, "-m", "trainjob_status_server.cli", "devcluster",
         "--port", "0", "--kubeconfig-out", str(kubeconfig),
     ]  # fmt: skip
@@ -80,6 +93,45 @@ class Client:
             await response.read()
             return response.status
 
+    async def resource_version(self) -> int:
+        """The store's resourceVersion: it moves once per stored change."""
+        assert self.session is not None
+        async with self.session.get(f"{self.url}{TJ}/namespaces/{NS}/trainjobs?limit=1") as r:
+            return int((await r.json())["metadata"]["resourceVersion"])
+
+
+@dataclass
+class Load:
+    """One run of the write load."""
+
+    seconds: float
+    completed: int  # answers received
+    non2xx: int
+    p50_ms: float
+    p99_ms: float
+    load_cpu: float  # CPU seconds of the load generator
+    errors: dict[str, int] = field(default_factory=dict)  # socket errors (wrk)
+    codes: dict[int, int] = field(default_factory=dict)  # answers by code (aiohttp)
+
+    @property
+    def accepted(self) -> int:
+        return self.completed - self.non2xx
+
+    @property
+    def writes_per_s(self) -> float:
+        return self.accepted / self.seconds
+
+    def answers(self) -> str:
+        parts = [f"{self.accepted} 2xx", f"{self.non2xx} non-2xx"]
+        if self.codes:
+            parts.append(f"by code {dict(sorted(self.codes.items()))}")
+        if any(self.errors.values()):
+            parts.append(f"socket errors {self.errors}")
+        return ", ".join(parts)
+
+
+# -- the write load: aiohttp --------------------------------------------------------------
+
 
 def status_body(name: str, pp: int) -> dict[str, Any]:
     return {
@@ -89,7 +141,7 @@ def status_body(name: str, pp: int) -> dict[str, Any]:
         "status": {
             "trainerStatus": {
                 "progressPercentage": pp % 101,
-                "estimatedRemainingSeconds": 1000 - pp % 1000,
+                "estimatedRemainingSeconds": pp,
                 "metrics": [{"name": f"m{i}", "value": str(pp * 0.001 + i)} for i in range(5)],
                 "lastUpdatedTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }
@@ -97,35 +149,134 @@ def status_body(name: str, pp: int) -> dict[str, Any]:
     }
 
 
-async def write_load(client: Client, jobs: int, writers: int, seconds: float) -> dict[str, Any]:
-    latencies: list[float] = []
-    codes: dict[int, int] = {}
-    deadline = time.monotonic() + seconds
-    counter = 0
+class AiohttpWrites:
+    """Closed-loop writers in this process; ``counter`` makes every status a new one."""
 
-    async def writer(index: int) -> None:
-        nonlocal counter
-        while time.monotonic() < deadline:
-            counter += 1
-            name = f"job-{(index * 7919 + counter) % jobs}"
-            path = f"{TJ}/namespaces/{NS}/trainjobs/{name}/status?fieldManager=bench&force=true"
-            start = time.perf_counter()
-            code = await client.call(
-                "PATCH", path, status_body(name, counter), "application/apply-patch+yaml"
-            )
-            latencies.append(time.perf_counter() - start)
-            codes[code] = codes.get(code, 0) + 1
+    def __init__(self, client: Client, writers: int) -> None:
+        self.client = client
+        self.writers = writers
+        self.counter = 0
 
-    started = time.monotonic()
-    await asyncio.gather(*(writer(i) for i in range(writers)))
-    elapsed = time.monotonic() - started
-    latencies.sort()
-    return {
-        "writes_per_s": len(latencies) / elapsed,
-        "p50_ms": 1000 * statistics.median(latencies),
-        "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)],
-        "codes": codes,
+    async def run(self, seconds: float) -> Load:
+        latencies: list[float] = []
+        codes: dict[int, int] = {}
+        deadline = time.monotonic() + seconds
+
+        async def writer() -> None:
+            while time.monotonic() < deadline:
+                self.counter += 1
+                name = f"job-{self.counter % JOBS}"
+                path = f"{TJ}/namespaces/{NS}/trainjobs/{name}/status?fieldManager=bench&force=true"
+                body = status_body(name, self.counter)
+                start = time.perf_counter()
+                code = await self.client.call("PATCH", path, body, "application/apply-patch+yaml")
+                latencies.append(time.perf_counter() - start)
+                codes[code] = codes.get(code, 0) + 1
+
+        cpu_before = time.process_time()
+        started = time.monotonic()
+        await asyncio.gather(*(writer() for _ in range(self.writers)))
+        elapsed = time.monotonic() - started
+        latencies.sort()
+        return Load(
+            seconds=elapsed,
+            completed=len(latencies),
+            non2xx=sum(n for code, n in codes.items() if not 200 <= code < 300),
+            p50_ms=1000 * statistics.median(latencies),
+            p99_ms=1000 * latencies[int(len(latencies) * 0.99)],
+            load_cpu=time.process_time() - cpu_before,
+            codes=codes,
+        )
+
+
+# -- the write load: wrk ------------------------------------------------------------------
+
+LUA = """-- generated by bench/devcluster_bench.py
+-- Server-side apply of a TrainJob status to /status, round robin over the jobs; the
+-- request counter is in every status, so each write changes its object.
+local jobs, n = @JOBS@, @START@
+local headers = {["Authorization"] = "Bearer @TOKEN@",
+                 ["Content-Type"] = "application/apply-patch+yaml"}
+local second, stamp = -1, ""
+
+function request()
+  n = n + 1
+  local name = "job-" .. (n % jobs)
+  local now = os.time()
+  if now ~= second then second, stamp = now, os.date("!%Y-%m-%dT%H:%M:%SZ", now) end
+  local metrics = {}
+  for i = 0, 4 do
+    metrics[i + 1] = string.format('{"name":"m%d","value":"%d.%03d"}',
+                                   i, i + math.floor(n / 1000), n % 1000)
+  end
+  local body = string.format(
+    '{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob",' ..
+    '"metadata":{"name":"%s","namespace":"@NS@"},"status":{"trainerStatus":{' ..
+    '"progressPercentage":%d,"estimatedRemainingSeconds":%d,"metrics":[%s],' ..
+    '"lastUpdatedTime":"%s"}}}',
+    name, n % 101, n, table.concat(metrics, ","), stamp)
+  return wrk.format("PATCH", "@PREFIX@" .. name .. "/status?fieldManager=bench&force=true",
+                    headers, body)
+end
+"""
+
+
+def lua_script(token: str, start: int) -> str:
+    values = {
+        "@JOBS@": str(JOBS),
+        "@START@": str(start),
+        "@TOKEN@": token,
+        "@NS@": NS,
+        "@PREFIX@": f"{TJ}/namespaces/{NS}/trainjobs/",
     }
+    script = LUA
+    for key, value in values.items():
+        script = script.replace(key, value)
+    return script
+
+
+class WrkWrites:
+    """wrk (one thread) on the load CPU; each run gets a script whose counter starts past
+    the previous run's, so no status repeats."""
+
+    def __init__(self, config: dict[str, Any], workdir: Path, connections: int) -> None:
+        self.url = config["clusters"][0]["cluster"]["server"]
+        self.token = config["users"][0]["user"]["token"]
+        self.workdir = workdir
+        self.connections = connections
+        self.runs = 0
+
+    async def run(self, seconds: float) -> Load:
+        self.runs += 1
+        script = self.workdir / f"writes-{self.runs}.lua"
+        script.write_text(lua_script(self.token, self.runs * 100_000_000))
+        command = [
+            "taskset", "-c", str(LOAD_CPU), "wrk", "--latency", "-t", "1",
+            "-c", str(self.connections), "-d", f"{max(1, round(seconds))}s",
+            "--timeout", "30s", "-s", str(script), self.url,
+        ]  # fmt: skip
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = await asyncio.create_subprocess_exec(
+            *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        out, err = await proc.communicate()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if proc.returncode != 0:
+            raise SystemExit(f"wrk failed ({proc.returncode}): {err.decode()}")
+        result = parse_wrk(out.decode())
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        return Load(
+            seconds=result.seconds,
+            completed=result.completed,
+            non2xx=result.non2xx,
+            p50_ms=result.p50_ms,
+            p99_ms=result.p99_ms,
+            load_cpu=cpu,
+            errors=result.errors,
+        )
+
+
+# -- watches ------------------------------------------------------------------------------
 
 
 async def open_watches(
@@ -153,22 +304,22 @@ async def open_watches(
         if i % 2 == 0:
             # Every job is watched (2 or 3 times), so each write has watchers to reach
             # whichever jobs the writers happen to pick.
-            path = f"{TJ}/namespaces/{NS}/trainjobs?watch=true&fieldSelector=metadata.name%3Djob-{i // 2 % 200}&resourceVersion=0"
+            path = f"{TJ}/namespaces/{NS}/trainjobs?watch=true&fieldSelector=metadata.name%3Djob-{i // 2 % JOBS}&resourceVersion=0"
         else:
             path = f"/api/v1/namespaces/{NS}/pods?watch=true&labelSelector=app%3Dw{i}&resourceVersion=0"
         tasks.append(asyncio.create_task(watch(path)))
     return tasks
 
 
-async def main(args: argparse.Namespace) -> None:
-    pin(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        proc, config = start_cluster(Path(tmp))
-        try:
-            await run(args, config, proc.pid)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(10)
+def watchers_per_job(watches: int) -> list[int]:
+    """How many of the TrainJob watches select each job."""
+    counts = [0] * JOBS
+    for i in range(0, watches, 2):
+        counts[i // 2 % JOBS] += 1
+    return counts
+
+
+# -- figures ------------------------------------------------------------------------------
 
 
 def peak_rss_kib(pid: int) -> int:
@@ -187,72 +338,137 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
-async def run(args: argparse.Namespace, config: dict[str, Any], pid: int) -> None:
-    jobs = 200
-    async with Client(config, args.writers) as client:
+def loadavg() -> str:
+    with open("/proc/loadavg") as handle:
+        return " ".join(handle.read().split()[:3])
+
+
+@dataclass
+class Measured:
+    load: Load
+    server_cpu: float  # cores
+    stored: int  # changes stored (resourceVersions used)
+
+
+async def measure(
+    writes: AiohttpWrites | WrkWrites, probe: Client, pid: int, seconds: float
+) -> Measured:
+    rv_before = await probe.resource_version()
+    before = cpu_seconds(pid)
+    started = time.monotonic()
+    load = await writes.run(seconds)
+    server_cpu = (cpu_seconds(pid) - before) / (time.monotonic() - started)
+    stored = await probe.resource_version() - rv_before
+    return Measured(load, server_cpu, stored)
+
+
+def cpu_per_write_us(m: Measured) -> float:
+    """The devcluster's CPU time per accepted write: the figure to trust when other work
+    shares the machine (a fully busy core does 1e6 / this many writes a second)."""
+    return m.server_cpu / max(m.load.writes_per_s, 1e-9) * 1e6
+
+
+def report(label: str, m: Measured, connections: int) -> None:
+    load = m.load
+    print(
+        f"status writes, {label}: {load.writes_per_s:.0f}/s "
+        f"(p50 {load.p50_ms:.1f} ms, p99 {load.p99_ms:.1f} ms), "
+        f"devcluster CPU {m.server_cpu:.2f} cores ({cpu_per_write_us(m):.0f} us per write), "
+        f"load generator CPU {load.load_cpu / load.seconds:.2f} cores"
+    )
+    # Writes still in flight when the load stops are stored but not counted by the load.
+    in_flight = m.stored - load.accepted
+    verdict = "one per accepted write" if 0 <= in_flight <= connections else "NOT one per write"
+    print(
+        f"  answers: {load.answers()}; changes stored: {m.stored} ({verdict}, "
+        f"{in_flight} of them by writes in flight at the end)"
+    )
+
+
+# -- the run ------------------------------------------------------------------------------
+
+
+async def main(args: argparse.Namespace) -> None:
+    if args.load == "wrk" and shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: apt-get install wrk")
+    pin(LOAD_CPU)
+    print(f"load average before: {loadavg()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, config = start_cluster(Path(tmp))
+        try:
+            await run(args, config, proc.pid, Path(tmp))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(10)
+    print(f"load average after: {loadavg()}")
+
+
+async def run(args: argparse.Namespace, config: dict[str, Any], pid: int, workdir: Path) -> None:
+    async with Client(config, args.connections) as client:
         await client.call(
             "POST", "/api/v1/namespaces", {"metadata": {"name": NS}}, "application/json"
         )
-        for i in range(jobs):
+        for i in range(JOBS):
             body = {"metadata": {"name": f"job-{i}"}, "spec": {"runtimeRef": {"name": "rt"}}}
             await client.call("POST", f"{TJ}/namespaces/{NS}/trainjobs", body, "application/json")
-        await write_load(client, jobs, args.writers, 1.0)  # warm-up
+        writes: AiohttpWrites | WrkWrites
+        if args.load == "wrk":
+            writes = WrkWrites(config, workdir, args.connections)
+        else:
+            writes = AiohttpWrites(client, args.connections)
+        await writes.run(2.0)  # warm-up
+        alone = await measure(writes, client, pid, args.seconds)
+        report("no watches", alone, args.connections)
 
-        before, load_before = cpu_seconds(pid), time.process_time()
-        alone = await write_load(client, jobs, args.writers, args.seconds)
-        used = cpu_seconds(pid) - before
-        load_used = time.process_time() - load_before
-        print(
-            f"status writes, no watches: {alone['writes_per_s']:.0f}/s "
-            f"(p50 {alone['p50_ms']:.1f} ms, p99 {alone['p99_ms']:.1f} ms), "
-            f"server CPU {used / args.seconds:.2f} cores, load CPU "
-            f"{load_used / args.seconds:.2f} cores, answers {alone['codes']}"
-        )
-
-    received = [0]
-    all_open = asyncio.Event()
-    async with (
-        Client(config, args.writers) as writers,
-        Client(config, args.watches + 10) as watchers,
-    ):
-        tasks = await open_watches(watchers, args.watches, received, all_open)
-        # Measure with every watch open, not while TLS handshakes still compete for the
-        # server's core (1,000 of them take a few seconds of it).
-        started = time.monotonic()
-        try:
-            await asyncio.wait_for(all_open.wait(), 60)
-        except TimeoutError:
-            print("not every watch opened within 60 s")
-        print(f"watches opening took {time.monotonic() - started:.1f} s")
-        await asyncio.sleep(1)
-        open_before = sum(not t.done() for t in tasks)
-        received[0] = 0
-        before, load_before = cpu_seconds(pid), time.process_time()
-        loaded = await write_load(writers, jobs, args.writers, args.seconds)
-        used = cpu_seconds(pid) - before
-        load_used = time.process_time() - load_before
-        open_after = sum(not t.done() for t in tasks)
-        print(
-            f"status writes, {args.watches} watches open: {loaded['writes_per_s']:.0f}/s "
-            f"(p50 {loaded['p50_ms']:.1f} ms, p99 {loaded['p99_ms']:.1f} ms), "
-            f"server CPU {used / args.seconds:.2f} cores, load CPU "
-            f"{load_used / args.seconds:.2f} cores, answers {loaded['codes']}"
-        )
-        print(
-            f"watches open before/after the load: {open_before}/{open_after}; "
-            f"watch events delivered during the load: {received[0]}"
-        )
-        print(f"ratio with/without watches: {loaded['writes_per_s'] / alone['writes_per_s']:.2f}")
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        received = [0]
+        all_open = asyncio.Event()
+        async with Client(config, args.watches + 10) as watchers:
+            tasks = await open_watches(watchers, args.watches, received, all_open)
+            # Measure with every watch open, not while TLS handshakes still compete for the
+            # server's core (1,000 of them take a few seconds of it).
+            started = time.monotonic()
+            try:
+                await asyncio.wait_for(all_open.wait(), 60)
+            except TimeoutError:
+                print("not every watch opened within 60 s")
+            print(f"watches opening took {time.monotonic() - started:.1f} s")
+            await asyncio.sleep(1)
+            open_before = sum(not t.done() for t in tasks)
+            received[0] = 0
+            watch_cpu = time.process_time()
+            loaded = await measure(writes, client, pid, args.seconds)
+            watch_cpu = time.process_time() - watch_cpu
+            await asyncio.sleep(0.5)  # the last events on their way
+            open_after = sum(not t.done() for t in tasks)
+            report(f"{args.watches} watches open", loaded, args.connections)
+            per_job = watchers_per_job(args.watches)
+            expected = loaded.stored * sum(per_job) / JOBS
+            print(
+                f"watches open before/after the load: {open_before}/{open_after}; "
+                f"watch events delivered during the load: {received[0]} "
+                f"(about {expected:.0f} expected: {sum(per_job)} TrainJob watches over "
+                f"{JOBS} jobs), watch client CPU {watch_cpu / loaded.load.seconds:.2f} cores"
+                + (" (with the writers)" if args.load == "aiohttp" else "")
+            )
+            print(
+                f"ratio with/without watches: {loaded.load.writes_per_s / alone.load.writes_per_s:.2f}"
+            )
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
     peak = peak_rss_kib(pid)
-    print(f"load generator on CPU 1; devcluster on CPU 0 (its peak RSS {peak / 1024:.0f} MiB)")
+    print(
+        f"load ({args.load}, {args.connections} connections) on CPU {LOAD_CPU}; devcluster on "
+        f"CPU {SERVER_CPU} (its peak RSS {peak / 1024:.0f} MiB)"
+    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--writers", type=int, default=32)
+    parser.add_argument("--load", choices=("wrk", "aiohttp"), default="wrk")
+    parser.add_argument(
+        "--connections", "--writers", type=int, default=32, help="keep-alive write connections"
+    )
     parser.add_argument("--watches", type=int, default=1000)
     asyncio.run(main(parser.parse_args()))

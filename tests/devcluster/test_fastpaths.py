@@ -35,7 +35,11 @@ from trainjob_status_server.devcluster.resources import (
 )
 from trainjob_status_server.devcluster.rest import Call, ResourceApi
 from trainjob_status_server.devcluster.schema import StructuralSchema
-from trainjob_status_server.devcluster.selectors import parse_field_selector, pinned_value
+from trainjob_status_server.devcluster.selectors import (
+    parse_field_selector,
+    parse_label_selector,
+    pinned_value,
+)
 from trainjob_status_server.devcluster.status import ApiError
 from trainjob_status_server.devcluster.store import Event, Store, dumps, dumps_object
 from trainjob_status_server.devcluster.typed import root_type, typed_errors
@@ -456,6 +460,65 @@ def test_watchers_indexed_by_name_see_what_a_scan_would(selector: str) -> None:
 
     objs = [pod("Pending"), pod("Running"), pod("Done"), pod("Running")]
     assert watched(selector, True, objs) == watched(selector, False, objs)
+
+
+def seen_by_watchers(labels: str, fields: str, share: bool) -> list[list[bytes]]:
+    """What two watchers in each of two namespaces and two of all namespaces see of pods
+    moving in and out of their selection, with selectors shared or not."""
+    s = Store()
+    watchers = [
+        s.watch(
+            "pods",
+            namespace,
+            parse_label_selector(labels),
+            parse_field_selector(fields),
+            selector=(labels, fields) if share else None,
+        )
+        for namespace in ("ns", "ns", "other", "other", None, None)
+    ]
+    rng = random.Random(f"{labels}/{fields}")
+    live: dict[tuple[str, str], dict[str, Any]] = {}
+    for _ in range(60):
+        key = (rng.choice(("ns", "other")), rng.choice(("a", "b")))
+        obj = {
+            "metadata": {
+                "name": key[1],
+                "namespace": key[0],
+                "labels": {"app": rng.choice(("x", "y"))},
+            },
+            "status": {"phase": rng.choice(("Pending", "Running", "Done"))},
+        }
+        if key in live and rng.random() < 0.2:
+            s.delete("pods", *key)
+            del live[key]
+        elif key in live:
+            live[key] = s.update("pods", obj, live[key])
+        else:
+            live[key] = s.create("pods", obj)
+    seen = []
+    for watcher in watchers:
+        lines = []
+        while not watcher.queue.empty():
+            line = watcher.queue.get_nowait()
+            assert line is not None
+            lines.append(line)
+        seen.append(lines)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("labels", "fields"),
+    [
+        ("", ""),
+        ("app=x", ""),
+        ("", "status.phase!=Done"),
+        ("app in (x)", "metadata.name=a,status.phase=Running"),
+    ],
+)
+def test_watchers_with_equal_selectors_see_what_each_would_alone(labels: str, fields: str) -> None:
+    shared = seen_by_watchers(labels, fields, True)
+    assert shared == seen_by_watchers(labels, fields, False)
+    assert any(shared)
 
 
 def test_pinned_value_is_the_name_an_equality_requires() -> None:

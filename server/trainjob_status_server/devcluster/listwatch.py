@@ -124,7 +124,10 @@ async def serve_watch(
     # Register before reading the current state, with no await in between: every event
     # committed after the snapshot reaches the watcher, none twice.
     name = pinned_value(query.get("fieldSelector"), "metadata.name")
-    watcher = store.watch(resource.qualified, namespace, labels, fields, name=name)
+    selector = (query.get("labelSelector") or "", query.get("fieldSelector") or "")
+    watcher = store.watch(
+        resource.qualified, namespace, labels, fields, name=name, selector=selector
+    )
     first: list[bytes] = []
     expired = False
     if initial:
@@ -203,7 +206,11 @@ async def _pump(
                 break
             wait = left if wait is None else min(wait, left)
         try:
-            line = await asyncio.wait_for(watcher.queue.get(), wait)
+            if wait is None:
+                # Most watches have no deadline: the queue is awaited directly.
+                line = await watcher.queue.get()
+            else:
+                line = await asyncio.wait_for(watcher.queue.get(), wait)
         except TimeoutError:
             if deadline is not None and time.monotonic() >= deadline:
                 break  # the closing bookmark below marks the end

@@ -13,7 +13,7 @@ import asyncio
 import builtins
 import json
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,8 +23,9 @@ Obj = dict[str, Any]
 FieldPredicate = Callable[[Mapping[str, Any]], bool]
 
 
-# json.dumps with these options builds an encoder per call; one is enough.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+# json.dumps with these options builds an encoder per call; one is enough. No
+# circular-reference bookkeeping: decoded JSON cannot hold a cycle.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, check_circular=False)
 
 
 def dumps(obj: Any) -> bytes:
@@ -57,6 +58,8 @@ class Event:
     old: Obj | None
     rv: int
     _lines: dict[str, bytes] = field(default_factory=dict)
+    # What watchers with equal selectors see of it (see Watcher.selector), found once.
+    verdicts: dict[Hashable, str | None] = field(default_factory=dict)
 
     def line(self, event_type: str | None = None) -> bytes:
         kind = event_type or self.type
@@ -89,6 +92,7 @@ class Watcher:
         fields: FieldPredicate,
         max_queue: int,
         name: str | None = None,
+        selector: Hashable | None = None,
     ) -> None:
         self.resource = resource
         self.namespace = namespace
@@ -96,6 +100,10 @@ class Watcher:
         self.fields = fields
         # The metadata.name the field selector requires, if it requires one.
         self.name = name
+        # What ``labels`` and ``fields`` were parsed from (None: unknown): watchers of a
+        # namespace with equal selectors see every event the same way, so the first of
+        # them to be offered an event finds the type they all see.
+        self.selector = None if selector is None else (namespace, selector)
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.max_queue = max_queue
         self.closed = False
@@ -128,7 +136,12 @@ class Watcher:
     def offer(self, event: Event) -> None:
         if self.closed or event.resource != self.resource:
             return
-        event_type = self.event_type(event)
+        if self.selector is None:
+            event_type = self.event_type(event)
+        elif self.selector in event.verdicts:
+            event_type = event.verdicts[self.selector]
+        else:
+            event_type = event.verdicts[self.selector] = self.event_type(event)
         if event_type is None:
             return
         if self.queue.qsize() >= self.max_queue:
@@ -253,10 +266,14 @@ class Store:
         fields: FieldPredicate,
         *,
         name: str | None = None,
+        selector: Hashable | None = None,
     ) -> Watcher:
         """A new watcher; ``name``: the metadata.name ``fields`` requires, if any (it is
-        then only offered that object's events, which are the only ones it can select)."""
-        watcher = Watcher(resource, namespace, labels, fields, self._watch_queue_limit, name)
+        then only offered that object's events, which are the only ones it can select);
+        ``selector``: what ``labels`` and ``fields`` were parsed from, if known."""
+        watcher = Watcher(
+            resource, namespace, labels, fields, self._watch_queue_limit, name, selector
+        )
         self._index(watcher).setdefault(self._key(watcher), set()).add(watcher)
         return watcher
 
