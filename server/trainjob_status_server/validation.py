@@ -65,6 +65,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -363,6 +364,9 @@ def _metrics(value: Any, causes: list[Cause]) -> tuple[Metric, ...]:
     out: list[Metric] = []
     append = out.append
     new = tuple.__new__
+    # Names are interned: the same few ("loss", "accuracy") come in every post, and an
+    # update can wait for its write (one per TrainJob) holding them.
+    intern = sys.intern
     # The common case first, in one test per metric; the first metric that fails it sends
     # the whole list down the careful path, which has the index at hand for its messages.
     for item in value:
@@ -377,7 +381,7 @@ def _metrics(value: Any, causes: list[Cause]) -> tuple[Metric, ...]:
                 and name.isascii()
                 and text.isascii()
             ):
-                append(new(Metric, (name, text)))
+                append(new(Metric, (intern(name), text)))
                 continue
         break
     else:
@@ -434,7 +438,7 @@ def _metric(item: dict[str, Any], index: int, causes: list[Cause]) -> Metric | N
             field = f"status.trainerStatus.metrics[{index}].{key}"
             causes.append(Cause(REQUIRED, "Required value", field))
     if len(found) == 2:
-        return Metric(found["name"], found["value"])
+        return Metric(sys.intern(found["name"]), found["value"])
     return None
 
 

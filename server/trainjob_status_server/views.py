@@ -32,14 +32,18 @@ _METADATA = (
 )
 
 
+def _shared(value: Any) -> Any:
+    return sys.intern(value) if type(value) is str else value
+
+
 def _metadata(obj: Obj) -> dict[str, Any]:
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         return {}
     kept = {field: meta[field] for field in _METADATA if field in meta}
     for field in ("name", "namespace"):
-        if isinstance(kept.get(field), str):
-            kept[field] = sys.intern(kept[field])
+        if field in kept:
+            kept[field] = _shared(kept[field])
     return kept
 
 
@@ -87,5 +91,7 @@ def pod_view(obj: Obj, labels: tuple[str, ...]) -> Obj:
     meta = _metadata(obj)
     held = (obj.get("metadata") or {}).get("labels")
     if isinstance(held, dict):
-        meta["labels"] = {key: held[key] for key in labels if key in held}
+        # Interned: the keys are the same for every pod, the values (TrainJob names)
+        # shared by a TrainJob's pods and its own view.
+        meta["labels"] = {sys.intern(key): _shared(held[key]) for key in labels if key in held}
     return {"metadata": meta}

@@ -442,6 +442,20 @@ def test_metric_order_and_duplicates_are_kept() -> None:
     assert written({"metrics": metrics, "lastUpdatedTime": LUT})["metrics"] == metrics
 
 
+@pytest.mark.parametrize("name", ["loss", "λoss"])  # the fast path, the careful one
+def test_metric_names_are_one_copy_across_posts(name: str) -> None:
+    # Each post decodes its own strings; an update waiting for its write keeps them.
+    first, second = (
+        parse({"metrics": [{"name": name, "value": "1"}], "lastUpdatedTime": LUT}) for _ in range(2)
+    )
+    assert first is not None
+    assert second is not None
+    assert first.metrics is not None
+    assert second.metrics is not None
+    assert first.metrics[0] == second.metrics[0] == (name, "1")
+    assert first.metrics[0].name is second.metrics[0].name
+
+
 def test_empty_metrics_list_is_written() -> None:
     assert written({"metrics": [], "lastUpdatedTime": LUT}) == {
         "metrics": [],

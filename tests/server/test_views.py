@@ -117,6 +117,14 @@ def test_a_pod_view_keeps_only_the_labels_asked_for() -> None:
             "labels": {"jobset.sigs.k8s.io/jobset-name": "tj"},
         }
     }
+    # Label keys and values are one copy across pods (values are TrainJob names).
+    other = {"metadata": {**META, "labels": {"".join(["jobset.sigs.k8s.io/", "jobset-name"]):
+             "".join(["t", "j"])}}}  # fmt: skip
+    first, second = (pod_view(p, ("jobset.sigs.k8s.io/jobset-name",)) for p in (pod, other))
+    ((key_1, value_1),) = first["metadata"]["labels"].items()
+    ((key_2, value_2),) = second["metadata"]["labels"].items()
+    assert key_1 is key_2
+    assert value_1 is value_2
 
 
 async def test_the_servers_trainjob_cache_and_writer_hold_views(
