@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .validation import TrainerStatus
+from .validation import EncodedStatus
 
 Key = tuple[str, str]
 
@@ -23,12 +23,12 @@ Key = tuple[str, str]
 class Pending:
     """The update waiting to be written for one TrainJob."""
 
-    update: TrainerStatus
+    update: EncodedStatus
     accepted_at: float  # monotonic time the post carrying ``update`` was accepted
     attempts: int = 0  # failed writes of this update so far
 
 
-def supersedes(incoming: TrainerStatus, held: TrainerStatus) -> bool:
+def supersedes(incoming: EncodedStatus, held: EncodedStatus) -> bool:
     """Whether ``incoming`` (arriving now) replaces ``held``: not older than it."""
     return incoming.last_updated_time >= held.last_updated_time
 
@@ -46,7 +46,7 @@ def stored_time(obj: dict[str, Any] | None) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
-def is_stale(update: TrainerStatus, stored: dict[str, Any] | None) -> bool:
+def is_stale(update: EncodedStatus, stored: dict[str, Any] | None) -> bool:
     """Whether writing ``update`` would move the stored status back in time."""
     held = stored_time(stored)
     return held is not None and update.last_updated_time < held

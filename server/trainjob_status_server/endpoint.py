@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,12 +20,12 @@ from . import errors, validation
 from .auth import Authenticator
 from .config import MAX_BODY_BYTES
 from .middleware import TRAINJOB
-from .validation import TrainerStatus
+from .validation import EncodedStatus
 
 STATUS_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
 
 Exists = Callable[[str, str], Awaitable[bool]]
-Write = Callable[[str, str, TrainerStatus], Awaitable[None]]
+Write = Callable[[str, str, EncodedStatus], Awaitable[None]]
 Clock = Callable[[], dt.datetime]
 
 
@@ -43,8 +44,9 @@ class StatusEndpoint:
     clock: Clock = utc_now
 
     async def handle(self, request: web.Request) -> web.Response:
-        namespace = request.match_info["namespace"]
-        name = request.match_info["name"]
+        # Interned: the writer keys a waiting update by them, the caches hold one copy.
+        namespace = sys.intern(request.match_info["namespace"])
+        name = sys.intern(request.match_info["name"])
         request[TRAINJOB] = f"{namespace}/{name}"
         received = self.clock()
         if (request.content_length or 0) > MAX_BODY_BYTES:
@@ -62,8 +64,12 @@ class StatusEndpoint:
             return json_response({})
         if not await self.trainjob_exists(namespace, name):
             raise errors.trainjob_not_found()
-        await self.write(namespace, name, update)
-        return json_response({"trainerStatus": update.to_json()})
+        encoded = update.encoded()
+        await self.write(namespace, name, encoded)
+        # The JSON the update is written with, echoed as it is.
+        return web.Response(
+            body=b'{"trainerStatus":' + encoded.json + b"}", content_type="application/json"
+        )
 
 
 async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:

@@ -189,6 +189,29 @@ class TrainerStatus:
         out["lastUpdatedTime"] = format_time(self.last_updated_time)
         return out
 
+    def encoded(self) -> EncodedStatus:
+        """The update as it waits for its write and is echoed to the client."""
+        return EncodedStatus(self.last_updated_time, _ENCODER.encode(self.to_json()).encode())
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedStatus:
+    """A valid update as the writer holds it: its ``lastUpdatedTime`` (what updates are
+    ordered by) and its ``trainerStatus`` object as compact JSON. A TrainJob's update can
+    wait for its write for as long as the API budget makes it, one per TrainJob: as JSON it
+    takes about a third of the parsed form's memory (8 metrics: 0.4 against 1.2 KiB)."""
+
+    last_updated_time: datetime  # aware, UTC
+    json: bytes
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``trainerStatus`` object as it is written."""
+        decoded: dict[str, Any] = json.loads(self.json)
+        return decoded
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
 
 def format_time(stamp: datetime) -> str:
     """RFC 3339 in UTC with a ``Z``; microseconds only when there are any."""

@@ -26,7 +26,7 @@ from .kube.client import KubeClient
 from .kube.errors import KubeError, KubeUnavailable
 from .kube.resources import Obj
 from .kube.store import CacheEvent
-from .validation import TrainerStatus
+from .validation import EncodedStatus
 from .views import written_view
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class DirectWriter:
     def __init__(self, kube: KubeClient) -> None:
         self.kube = kube
 
-    async def write(self, namespace: str, name: str, update: TrainerStatus) -> None:
+    async def write(self, namespace: str, name: str, update: EncodedStatus) -> None:
         """Apply ``update``; a failure becomes the metav1.Status the post answers."""
         started = time.monotonic()
         try:
@@ -99,11 +99,11 @@ class CoalescingWriter:
 
     # -- accepting ---------------------------------------------------------------------
 
-    async def write(self, namespace: str, name: str, update: TrainerStatus) -> None:
+    async def write(self, namespace: str, name: str, update: EncodedStatus) -> None:
         """Queue ``update``; returns at once (the post is answered 200)."""
         self.submit((namespace, name), update)
 
-    def submit(self, key: Key, update: TrainerStatus) -> None:
+    def submit(self, key: Key, update: EncodedStatus) -> None:
         now = self.clock()
         held = self._pending.get(key)
         if held is not None:

@@ -442,6 +442,28 @@ def test_metric_order_and_duplicates_are_kept() -> None:
     assert written({"metrics": metrics, "lastUpdatedTime": LUT})["metrics"] == metrics
 
 
+@pytest.mark.parametrize(
+    "status",
+    [
+        {"lastUpdatedTime": LUT},
+        {
+            "progressPercentage": 7,
+            "estimatedRemainingSeconds": 0,
+            "metrics": [],
+            "lastUpdatedTime": LUT,
+        },
+        {"metrics": [{"name": "λoss", "value": "0.5"}, {"name": 'a"b\\', "value": "\n"}]},
+    ],
+)
+def test_the_encoded_update_is_the_update_as_compact_json(status: dict[str, Any]) -> None:
+    update = parse(status)
+    assert update is not None
+    encoded = update.encoded()
+    assert encoded.last_updated_time == update.last_updated_time
+    assert encoded.to_json() == update.to_json()
+    assert encoded.json == json.dumps(update.to_json(), separators=(",", ":")).encode()
+
+
 @pytest.mark.parametrize("name", ["loss", "λoss"])  # the fast path, the careful one
 def test_metric_names_are_one_copy_across_posts(name: str) -> None:
     # Each post decodes its own strings; an update waiting for its write keeps them.

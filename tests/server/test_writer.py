@@ -26,7 +26,7 @@ from trainjob_status_server.coalescing import (
 )
 from trainjob_status_server.config import Config
 from trainjob_status_server.devcluster import DevCluster
-from trainjob_status_server.validation import TrainerStatus
+from trainjob_status_server.validation import EncodedStatus
 
 from .conftest import GROUP, NS, Poster, ServingCerts, status_path, with_changes
 
@@ -196,8 +196,8 @@ async def test_a_trainjob_deleted_while_pending_is_dropped_without_a_retry_storm
 # -- the pure decisions ------------------------------------------------------------------------
 
 
-def update(seconds: float) -> TrainerStatus:
-    return TrainerStatus(None, None, None, BASE + dt.timedelta(seconds=seconds))
+def update(seconds: float) -> EncodedStatus:
+    return EncodedStatus(BASE + dt.timedelta(seconds=seconds), b"{}")
 
 
 def obj(rv: str, lut: str | None = None) -> dict[str, Any]:
