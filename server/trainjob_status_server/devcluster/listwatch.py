@@ -206,11 +206,9 @@ async def _pump(
                 break
             wait = left if wait is None else min(wait, left)
         try:
-            if wait is None:
-                # Most watches have no deadline: the queue is awaited directly.
+            # asyncio.timeout, not wait_for: no task per event (None: no deadline).
+            async with asyncio.timeout(wait):
                 line = await watcher.queue.get()
-            else:
-                line = await asyncio.wait_for(watcher.queue.get(), wait)
         except TimeoutError:
             if deadline is not None and time.monotonic() >= deadline:
                 break  # the closing bookmark below marks the end
