@@ -32,6 +32,12 @@ from .writer import CoalescingWriter, DirectWriter
 
 log = logging.getLogger(__name__)
 
+LINGER_SECONDS = 2.0
+"""After a 408 or 413 (the connection is closed, its body unread), how long the rest of
+the body is read and dropped before closing, so the client can still read the answer
+rather than have it lost to a reset: aiohttp's default is 10 s, for which a stalled
+client would keep its connection slot after its 408."""
+
 TRAINJOB_ABSENT_SECONDS = 10.0
 """How long a TrainJob the API server said does not exist is taken as missing without
 asking again (unless the watch shows it sooner): posts and pod admissions for a deleted
@@ -169,6 +175,7 @@ class StatusServer:
             handle_signals=False,
             keepalive_timeout=config.idle_timeout,
             shutdown_timeout=config.shutdown_timeout,
+            lingering_time=LINGER_SECONDS,
         )
         await self._serving.setup()
         self._site = CappedSite(

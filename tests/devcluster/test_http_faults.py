@@ -65,3 +65,16 @@ async def test_stall_delays_only_matching_requests(api: Api, devcluster: DevClus
     assert (rule.hits, rule.remaining) == (1, 0)
     code, _, _ = await api.call("GET", f"{TJ}/namespaces/{NS}/trainjobs/tj")
     assert code == 200
+
+
+async def test_stopping_the_cluster_ends_a_stall_at_once(api: Api, devcluster: DevCluster) -> None:
+    devcluster.create_trainjob(NS, "tj")
+    devcluster.faults.stall(60, verb="get", resource="trainjobs")
+    stalled = asyncio.create_task(api.call("GET", f"{TJ}/namespaces/{NS}/trainjobs/tj"))
+    await asyncio.sleep(0.2)
+    assert not stalled.done()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await devcluster.stop()
+    assert loop.time() - started < 5
+    stalled.cancel()

@@ -524,7 +524,13 @@ async def test_a_body_that_stalls_gets_408_and_nothing_is_written(
             assert more, answer
             answer += more
         waited = loop.time() - started
+        # The server then closes the connection: at once for a client that sends
+        # nothing more, after at most the 2 s it spends draining an unread body.
+        answered = loop.time()
+        assert await asyncio.wait_for(reader.read(4096), 10) == b""
+        closed_after = loop.time() - answered
         writer.close()
+    assert closed_after < 4
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408 ")
     assert b"Connection: close" in head.split(b"\r\n")

@@ -108,6 +108,7 @@ class DevCluster:
         return self
 
     async def stop(self) -> None:
+        self.app.stopping.set()
         self.store.close_watches()
         if self._runner is not None:
             await self._runner.cleanup()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 from collections.abc import Callable, Iterator
@@ -63,6 +64,9 @@ class ClusterApp:
         self.paths = NonResourcePaths(registry.resources, tokens)
         # Requests currently being served, so a stop can wait for them.
         self.in_flight = 0
+        # Set when the cluster stops: stalled requests stop waiting, so stopping does not
+        # wait out a test's stall.
+        self.stopping = asyncio.Event()
 
     def build(self) -> web.Application:
         app = web.Application(client_max_size=_MAX_BODY)
@@ -116,7 +120,9 @@ class ClusterApp:
         self.faults.record(info)
         for fault in self.faults.take(info):
             if fault.delay:
-                await asyncio.sleep(fault.delay)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(fault.delay):
+                        await self.stopping.wait()
             error = fault.error()
             if error is not None:
                 raise error
