@@ -30,9 +30,16 @@ API_WRITE_DURATION = Histogram(
 UPDATES_COALESCED = Counter(
     "trainjob_status_updates_coalesced", "Accepted updates replaced by a newer one before write."
 )
+DROP_REASONS = ("stale", "not_found", "invalid", "shutdown")
 UPDATES_DROPPED = Counter(
-    "trainjob_status_updates_dropped", "Accepted updates never written, by reason.", ["reason"]
+    "trainjob_status_updates_dropped",
+    "Accepted updates never written, by reason: stale (not newer than the stored status),"
+    " not_found (the TrainJob is gone), invalid (the API server refused it), shutdown"
+    " (still pending when the drain deadline passed).",
+    ["reason"],
 )
+for _reason in DROP_REASONS:
+    UPDATES_DROPPED.labels(_reason)  # every series exists from the start, at 0
 PENDING_WRITES = Gauge("trainjob_status_pending_writes", "TrainJobs with an update to write.")
 WRITE_FRESHNESS = Histogram(
     "trainjob_status_write_freshness_seconds",

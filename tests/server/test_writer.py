@@ -254,3 +254,12 @@ def test_schedule_serves_the_earliest_and_keeps_a_dirty_places() -> None:
     schedule.discard(("ns", "b"))
     assert schedule.next_time() is None
     assert schedule.pop_ready(10.0) is None
+
+
+def test_every_drop_reason_is_exported_from_the_start() -> None:
+    # Alerts on rate(...) need each series before its first drop.
+    for reason in ("stale", "not_found", "invalid", "shutdown"):
+        assert (
+            REGISTRY.get_sample_value("trainjob_status_updates_dropped_total", {"reason": reason})
+            is not None
+        )
