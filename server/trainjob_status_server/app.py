@@ -15,6 +15,7 @@ from . import certs, errors
 from .auth import Authenticator, TokenAuthenticator
 from .cadistribution import CADistribution
 from .certs import CertBootstrap, CertSettings, WebhookCABundle
+from .coalescing import writes_in_flight
 from .config import Config
 from .endpoint import STATUS_PATH, StatusEndpoint
 from .exporter import Exporter
@@ -84,7 +85,12 @@ class StatusServer:
         self.writer: CoalescingWriter | DirectWriter = (
             DirectWriter(self.kube)
             if config.write_mode == "direct"
-            else CoalescingWriter(self.kube, self.trainjobs, min_interval=config.min_write_interval)
+            else CoalescingWriter(
+                self.kube,
+                self.trainjobs,
+                min_interval=config.min_write_interval,
+                concurrency=writes_in_flight(config.kube_api_burst),
+            )
         )
         self.endpoint = StatusEndpoint(
             authenticator=authenticator,

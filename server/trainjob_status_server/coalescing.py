@@ -63,6 +63,16 @@ def newer_object(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str
     return b
 
 
+def writes_in_flight(burst: int) -> int:
+    """How many writes the writer keeps in flight at most, for an API budget of ``burst``.
+
+    A budget of Q writes/s is only spent if Q x (one write's latency) writes can be in
+    flight; the burst (2 x Q as docs/scaling.md advises) stands in for it: 16 at the
+    peer's 5 QPS / burst 10, up to 64 (the API client's pool holds 100 connections, and
+    the watches and lookups need some)."""
+    return max(16, min(64, burst))
+
+
 def retry_delay(attempts: int, retry_after: float | None, rand: float) -> float:
     """Seconds before retrying a failed write: at least Retry-After, else capped exponential
     backoff (0.5 s doubling to 30 s) with equal jitter."""

@@ -23,10 +23,12 @@ from trainjob_status_server.coalescing import (
     retry_delay,
     stored_time,
     supersedes,
+    writes_in_flight,
 )
 from trainjob_status_server.config import Config
 from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.validation import EncodedStatus
+from trainjob_status_server.writer import CoalescingWriter
 
 from .conftest import GROUP, NS, Poster, ServingCerts, status_path, with_changes
 
@@ -263,3 +265,14 @@ def test_every_drop_reason_is_exported_from_the_start() -> None:
             REGISTRY.get_sample_value("trainjob_status_updates_dropped_total", {"reason": reason})
             is not None
         )
+
+
+def test_writes_in_flight_follow_the_budget_within_bounds() -> None:
+    assert [writes_in_flight(b) for b in (1, 10, 16, 40, 64, 400)] == [16, 16, 16, 40, 64, 64]
+
+
+def test_the_server_sizes_its_writer_from_the_api_burst(config: Config) -> None:
+    for burst, expected in ((10, 16), (400, 64)):
+        server = StatusServer(with_changes(config, kube_api_burst=burst), AcceptAll())
+        assert isinstance(server.writer, CoalescingWriter)
+        assert server.writer.concurrency == expected
