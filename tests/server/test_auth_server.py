@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from trainjob_status_server.auth.kubeapi import JWKS_ACCEPT, ApiRequests
+from trainjob_status_server.auth.jwks import JWKS_ACCEPT
 from trainjob_status_server.config import Config
 from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.kube.client import KubeClient
@@ -183,16 +183,13 @@ async def test_not_ready_and_503_until_the_keys_are_loaded(
 async def test_the_jwks_is_asked_for_as_jwk_set_json(devcluster: DevCluster) -> None:
     # A real API server answers 406 to Accept: application/json on this route.
     kube = await KubeClient(devcluster.kubeconfig_path).start()
-    api = ApiRequests(kube)
-    await api.start()
     try:
         with pytest.raises(KubeError) as refused:
-            await api.get_json(JWKS)
+            await kube.request_json("GET", JWKS)
         assert (refused.value.status, refused.value.reason) == (406, "NotAcceptable")
-        document = await api.get_json(JWKS, accept=JWKS_ACCEPT)
+        document = await kube.request_json("GET", JWKS, accept=JWKS_ACCEPT)
         assert [k["kid"] for k in document["keys"]] == [devcluster.keys.active_kid]
     finally:
-        await api.close()
         await kube.close()
 
 

@@ -25,6 +25,11 @@ from .keys import KeySet, VerificationKey
 log = logging.getLogger(__name__)
 
 JWKS_PATH = "/openid/v1/jwks"
+JWKS_ACCEPT = "application/jwk-set+json, application/json;q=0.9"
+"""What a real API server serves the JWKS as, with JSON as a fallback for issuers that
+serve it plainly (go-restful compares media types without parameters, so the first one
+matches); the route answers 406 to ``Accept: application/json`` alone."""
+
 DEFAULT_BACKOFF = Backoff(base=0.5, cap=30.0)
 
 Fetch = Callable[[], Awaitable[Any]]

@@ -19,11 +19,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import errors
+from ..kube.client import KubeClient
 from ..kube.errors import KubeError, KubeUnavailable
 from . import failures
 from .claims import TokenFacts
 from .failures import AuthFailure
-from .kubeapi import ApiRequests
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class TokenReviewer:
 
     def __init__(
         self,
-        api: ApiRequests,
+        api: KubeClient,
         *,
         negative_ttl: float = 10.0,
         max_negative: int = 10_000,
@@ -133,7 +133,9 @@ class TokenReviewer:
 
     async def _ask(self, token: str, digest: bytes, audience: str, facts: TokenFacts) -> str | None:
         try:
-            answer = await self.api.post_json(TOKENREVIEWS_PATH, review_body(token, audience))
+            answer = await self.api.request_json(
+                "POST", TOKENREVIEWS_PATH, body=review_body(token, audience)
+            )
         except (KubeError, KubeUnavailable) as exc:
             # Never str(exc) of a request that carried a token: log the status only.
             status = exc.status if isinstance(exc, KubeError) else None

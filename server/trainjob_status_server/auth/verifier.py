@@ -30,9 +30,8 @@ from .binding import PodBinding
 from .claims import TokenFacts, audience_for, check_facts, parse_facts, unverified_claims
 from .failures import AuthFailure
 from .issuer import DISCOVERY_PATH, discover_issuer, own_token_issuer
-from .jwks import JWKS_PATH, KeyStore
+from .jwks import JWKS_ACCEPT, JWKS_PATH, KeyStore
 from .keys import KeySet
-from .kubeapi import JWKS_ACCEPT, ApiRequests
 from .ratelimit import ServiceAccountLimiter
 from .settings import AuthSettings
 from .signature import SignatureVerifier, allowed_algorithm, header_of
@@ -84,7 +83,7 @@ class TokenAuthenticator:
             )
             self.signatures = SignatureVerifier(self.keys)
         # Built by start(): they need the KubeClient.
-        self.api: ApiRequests | None = None
+        self.api: KubeClient | None = None
         self.binding: PodBinding | None = None
         self.reviewer: TokenReviewer | None = None
         self._issuer_known = asyncio.Event()
@@ -113,8 +112,7 @@ class TokenAuthenticator:
         if self.binding is not None:
             return
         settings = self.settings
-        self.api = ApiRequests(kube)
-        await self.api.start()
+        self.api = kube
         self.binding = PodBinding(
             kube,
             label_selector=settings.pod_selector,
@@ -142,8 +140,6 @@ class TokenAuthenticator:
             await self.keys.stop()
         if self.binding is not None:
             await self.binding.stop()
-        if self.api is not None:
-            await self.api.close()
 
     async def _discover(self) -> None:
         settings, failures = self.settings, 0
@@ -167,11 +163,11 @@ class TokenAuthenticator:
 
     async def _fetch_discovery(self) -> object:
         assert self.api is not None
-        return await self.api.get_json(DISCOVERY_PATH)
+        return await self.api.request_json("GET", DISCOVERY_PATH)
 
     async def _fetch_jwks(self) -> object:
         assert self.api is not None
-        return await self.api.get_json(JWKS_PATH, accept=JWKS_ACCEPT)
+        return await self.api.request_json("GET", JWKS_PATH, accept=JWKS_ACCEPT)
 
     def _keys_changed(self, old: KeySet, new: KeySet) -> None:
         dropped = self.tokens.drop_where(lambda e: e.key is not None and e.key not in new)

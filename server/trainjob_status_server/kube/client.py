@@ -217,6 +217,25 @@ class KubeClient:
             content_type=APPLY_PATCH,
         )
 
+    async def request_json(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Obj | None = None,
+        accept: str = "application/json",
+    ) -> Obj:
+        """Any request whose answer is a JSON object: a non-resource path (the issuer's
+        discovery document and JWKS, which answer 406 to ``Accept: application/json``
+        and so take their own ``accept``) or a create-only API such as TokenReview."""
+        return await self._call(
+            method,
+            path,
+            body=body,
+            content_type=None if body is None else "application/json",
+            accept=accept,
+        )
+
     async def create(self, resource: Resource, namespace: str | None, body: Obj) -> Obj:
         """POST ``body`` to the collection; a name already taken is a 409 AlreadyExists
         (the way racing writers agree on one object)."""
@@ -349,8 +368,11 @@ class KubeClient:
         *,
         body: Obj | Sequence[Obj] | None = None,
         content_type: str | None = None,
+        accept: str = "application/json",
     ) -> Obj:
-        response = await self._open(method, path, query, body=body, content_type=content_type)
+        response = await self._open(
+            method, path, query, body=body, content_type=content_type, accept=accept
+        )
         try:
             if not 200 <= response.status < 300:
                 raise await _error_of(response)
@@ -376,12 +398,13 @@ class KubeClient:
         body: Obj | Sequence[Obj] | None = None,
         content_type: str | None = None,
         client_timeout: aiohttp.ClientTimeout | None = None,
+        accept: str = "application/json",
     ) -> aiohttp.ClientResponse:
         """Send a request once the budget allows; the response's body is left unread."""
         if self._api is None:
             raise RuntimeError("KubeClient used before start() or after close()")
         await self._take_budget()
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if content_type is not None:
             # kubernetes-asyncio JSON-encodes the body for this type too (JSON is YAML).
             headers["Content-Type"] = content_type
