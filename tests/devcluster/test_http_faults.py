@@ -27,6 +27,9 @@ async def test_next_requests_fail_with_the_given_code(api: Api, devcluster: DevC
             "TooManyRequests",
             "3",
         )
+        # The API server says it in the Status too.
+        assert body["details"] == {"retryAfterSeconds": 3}
+        assert body["message"] == "Too many requests, please try again later."
     code, _, _ = await api.call("PATCH", path, BODY, content_type=PATCH)
     assert code == 200
     code, body, _ = await api.call("GET", f"{TJ}/namespaces/{NS}/trainjobs/tj")
@@ -38,6 +41,15 @@ async def test_next_requests_fail_with_the_given_code(api: Api, devcluster: DevC
     stored = devcluster.get("trainjobs", NS, "tj", "trainer.kubeflow.org")
     assert stored is not None
     assert stored["status"]["trainerStatus"]["progressPercentage"] == 1
+
+
+async def test_an_injected_410_is_expired_as_the_api_server_says_it(
+    api: Api, devcluster: DevCluster
+) -> None:
+    devcluster.faults.fail(410, verb="list", resource="trainjobs")
+    code, body, _ = await api.call("GET", f"{TJ}/namespaces/{NS}/trainjobs")
+    assert (code, body["reason"], body["status"]) == (410, "Expired", "Failure")
+    assert body["message"].startswith("too old resource version")
 
 
 async def test_failed_write_stores_nothing(api: Api, devcluster: DevCluster) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from .status import ApiError
 
@@ -70,15 +71,19 @@ class Fault:
     def error(self) -> ApiError | None:
         if self.code is None:
             return None
-        headers = {}
+        headers: dict[str, str] = {}
+        details: dict[str, Any] = {}
         if self.retry_after is not None:
+            # As the API server says it: in the header and in the Status.
             headers["Retry-After"] = str(self.retry_after)
+            details["retryAfterSeconds"] = self.retry_after
         reason, default = _REASONS.get(self.code, ("InternalError", "injected fault"))
-        return ApiError(self.code, reason, self.message or default, {}, headers)
+        return ApiError(self.code, reason, self.message or default, details, headers)
 
 
 _REASONS = {
     409: ("Conflict", "Operation cannot be fulfilled: injected conflict"),
+    410: ("Expired", "too old resource version: injected fault"),
     429: ("TooManyRequests", "Too many requests, please try again later."),
     500: ("InternalError", "Internal error occurred: injected fault"),
     503: ("ServiceUnavailable", "The server is currently unable to handle the request"),
