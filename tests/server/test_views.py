@@ -22,6 +22,9 @@ META: dict[str, Any] = {
     "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
     "creationTimestamp": "2026-12-03T10:00:00Z",
 }
+# What every view keeps of META.
+KEPT = {"name": "tj", "namespace": "team-a", "uid": "u-1", "resourceVersion": "42"}
+DELETING = "2026-12-03T10:05:00Z"
 
 
 def test_a_trainjob_view_keeps_identity_deletion_and_the_trainer_status() -> None:
@@ -33,18 +36,12 @@ def test_a_trainjob_view_keeps_identity_deletion_and_the_trainer_status() -> Non
     obj = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
-        "metadata": {**META, "deletionTimestamp": "2026-12-03T10:05:00Z"},
+        "metadata": {**META, "deletionTimestamp": DELETING},
         "spec": {"runtimeRef": {"name": "torch"}},
         "status": {"conditions": [{"type": "Created"}], "trainerStatus": trainer},
     }
     assert trainjob_view(obj) == {
-        "metadata": {
-            "name": "tj",
-            "namespace": "team-a",
-            "uid": "u-1",
-            "resourceVersion": "42",
-            "deletionTimestamp": "2026-12-03T10:05:00Z",
-        },
+        "metadata": {**KEPT, "deletionTimestamp": DELETING},
         "status": {
             "trainerStatus": {
                 "progressPercentage": 5,
@@ -84,35 +81,28 @@ def test_the_writers_view_keeps_what_orders_updates() -> None:
     trainer = {"progressPercentage": 5, "lastUpdatedTime": "2026-12-03T10:00:01Z"}
     obj = {"metadata": META, "spec": {}, "status": {"trainerStatus": trainer}}
     assert written_view(obj) == {
-        "metadata": {"name": "tj", "namespace": "team-a", "uid": "u-1", "resourceVersion": "42"},
+        "metadata": KEPT,
         "status": {"trainerStatus": {"lastUpdatedTime": "2026-12-03T10:00:01Z"}},
     }
-    assert written_view({"metadata": META, "status": {"trainerStatus": {}}}) == {
-        "metadata": {"name": "tj", "namespace": "team-a", "uid": "u-1", "resourceVersion": "42"}
-    }
+    assert written_view({"metadata": META, "status": {"trainerStatus": {}}}) == {"metadata": KEPT}
 
 
 def test_a_trainjob_without_trainer_status_has_no_status_in_its_view() -> None:
-    assert trainjob_view({"metadata": META, "status": {"conditions": []}}) == {
-        "metadata": {"name": "tj", "namespace": "team-a", "uid": "u-1", "resourceVersion": "42"}
-    }
+    assert trainjob_view({"metadata": META, "status": {"conditions": []}}) == {"metadata": KEPT}
     assert trainjob_view({"metadata": "garbage"}) == {"metadata": {}}
 
 
 def test_a_pod_view_keeps_only_the_labels_asked_for() -> None:
     pod = {
-        "metadata": {**META, "deletionTimestamp": "2026-12-03T10:05:00Z",
+        "metadata": {**META, "deletionTimestamp": DELETING,
                      "deletionGracePeriodSeconds": 30},
         "spec": {"containers": [{"name": "c", "image": "x"}]},
         "status": {"phase": "Running"},
     }  # fmt: skip
     assert pod_view(pod, ("jobset.sigs.k8s.io/jobset-name", "absent")) == {
         "metadata": {
-            "name": "tj",
-            "namespace": "team-a",
-            "uid": "u-1",
-            "resourceVersion": "42",
-            "deletionTimestamp": "2026-12-03T10:05:00Z",
+            **KEPT,
+            "deletionTimestamp": DELETING,
             "deletionGracePeriodSeconds": 30,
             "labels": {"jobset.sigs.k8s.io/jobset-name": "tj"},
         }
