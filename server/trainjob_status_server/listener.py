@@ -1,5 +1,6 @@
 """A TCP listener for an aiohttp runner with a cap on open connections and a deadline for
-the first request of each.
+the first request of each. The development cluster's own HTTP server uses the same
+deadline and TLS layer (``FirstRequestDeadline``, ``tls_protocol``).
 
 Connections beyond the cap are closed as soon as they arrive instead of queueing inside
 the server: a flood of idle or slow clients cannot starve the pods that report. aiohttp
@@ -91,6 +92,25 @@ class _TLSProtocol(sslproto.SSLProtocol):
     max_size = 16 * 1024
 
 
+def tls_protocol(
+    loop: asyncio.AbstractEventLoop,
+    app: asyncio.Protocol,
+    context: ssl.SSLContext,
+    handshake_timeout: float,
+) -> asyncio.BaseProtocol:
+    """What ``create_server(ssl=...)`` builds around ``app``, with the smaller buffer. No
+    waiter: nothing awaits the handshake (typeshed asks for a future and an int; the code
+    takes None and any positive number)."""
+    return _TLSProtocol(
+        loop,
+        app,
+        context,
+        None,  # type: ignore[arg-type]
+        server_side=True,
+        ssl_handshake_timeout=handshake_timeout,  # type: ignore[arg-type]
+    )
+
+
 class CappedSite(web.BaseSite):
     def __init__(
         self,
@@ -139,18 +159,7 @@ class CappedSite(web.BaseSite):
             app = FirstRequestDeadline(server(), self._header_timeout)
             if tls is None:
                 return app
-            # What create_server(ssl=...) builds, with the smaller buffer; the handshake
-            # is bounded by the same deadline as the first request's headers. No waiter:
-            # nothing awaits the handshake (typeshed asks for a future and an int; the
-            # code takes None and any positive number).
-            return _TLSProtocol(
-                loop,
-                app,
-                tls,
-                None,  # type: ignore[arg-type]
-                server_side=True,
-                ssl_handshake_timeout=self._header_timeout,  # type: ignore[arg-type]
-            )
+            return tls_protocol(loop, app, tls, self._header_timeout)
 
         self._server = await loop.create_server(
             factory,

@@ -432,16 +432,12 @@ def watched(selector: str | None, pinned: bool, objs: list[dict[str, Any]]) -> l
     s = Store()
     fields = parse_field_selector(selector)
     name = pinned_value(selector, "metadata.name") if pinned else None
-    watcher = s.watch("pods", "ns", [], fields, name=name)
+    lines: list[bytes] = []
+    s.watch("pods", "ns", [], fields, lines.append, name=name)
     old = None
     for obj in objs:
         old = s.create("pods", obj) if old is None else s.update("pods", obj, old)
     s.delete("pods", "ns", objs[-1]["metadata"]["name"])
-    lines = []
-    while not watcher.queue.empty():
-        line = watcher.queue.get_nowait()
-        assert line is not None
-        lines.append(line)
     return lines
 
 
@@ -466,16 +462,17 @@ def seen_by_watchers(labels: str, fields: str, share: bool) -> list[list[bytes]]
     """What two watchers in each of two namespaces and two of all namespaces see of pods
     moving in and out of their selection, with selectors shared or not."""
     s = Store()
-    watchers = [
+    seen: list[list[bytes]] = []
+    for namespace in ("ns", "ns", "other", "other", None, None):
+        seen.append([])
         s.watch(
             "pods",
             namespace,
             parse_label_selector(labels),
             parse_field_selector(fields),
+            seen[-1].append,
             selector=(labels, fields) if share else None,
         )
-        for namespace in ("ns", "ns", "other", "other", None, None)
-    ]
     rng = random.Random(f"{labels}/{fields}")
     live: dict[tuple[str, str], dict[str, Any]] = {}
     for _ in range(60):
@@ -495,14 +492,6 @@ def seen_by_watchers(labels: str, fields: str, share: bool) -> list[list[bytes]]
             live[key] = s.update("pods", obj, live[key])
         else:
             live[key] = s.create("pods", obj)
-    seen = []
-    for watcher in watchers:
-        lines = []
-        while not watcher.queue.empty():
-            line = watcher.queue.get_nowait()
-            assert line is not None
-            lines.append(line)
-        seen.append(lines)
     return seen
 
 

@@ -24,13 +24,15 @@ def test_resource_version_increases_on_every_commit() -> None:
 
 async def test_watcher_sees_selector_transitions_as_added_and_deleted() -> None:
     store = Store()
-    watcher = store.watch("pods", "ns", parse_label_selector("app=x"), parse_field_selector(None))
+    lines: list[bytes] = []
+    store.watch(
+        "pods", "ns", parse_label_selector("app=x"), parse_field_selector(None), lines.append
+    )
     a = store.create("pods", new("a"))
     b = store.update("pods", new("a", {"app": "x"}), a)
     store.update("pods", new("a", {"app": "y"}), b)
     store.create("pods", new("other", {"app": "x"}, ns="elsewhere"))
-    lines = [watcher.queue.get_nowait() for _ in range(watcher.queue.qsize())]
-    events = [json.loads(line) for line in lines if line is not None]
+    events = [json.loads(line) for line in lines]
     assert [(e["type"], e["object"]["metadata"]["labels"]) for e in events] == [
         ("ADDED", {"app": "x"}),
         ("DELETED", {"app": "y"}),
@@ -54,10 +56,15 @@ def test_events_since_and_expiry() -> None:
     assert store.events_since("pods", store.rv) == []
 
 
-def test_slow_watcher_is_cut_off() -> None:
-    store = Store(watch_queue_limit=2)
-    watcher = store.watch("pods", None, [], parse_field_selector(None))
-    for i in range(4):
-        store.create("pods", new(f"p{i}"))
-    assert watcher.closed
-    assert watcher.queue.qsize() == 3  # two events, then the end-of-stream marker
+def test_a_closed_watcher_gets_nothing_more_and_is_gone_once_unwatched() -> None:
+    store = Store()
+    lines: list[bytes] = []
+    watcher = store.watch("pods", None, [], parse_field_selector(None), lines.append)
+    store.create("pods", new("p0"))
+    watcher.close()  # what its stream does when the client stops reading
+    assert watcher.ended.is_set()
+    store.create("pods", new("p1"))
+    assert [json.loads(line)["object"]["metadata"]["name"] for line in lines] == ["p0"]
+    assert store.watchers("pods") == [watcher]
+    store.unwatch(watcher)
+    assert store.watchers("pods") == []

@@ -15,17 +15,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from aiohttp import web
-
-from ..listener import CappedSite
 from . import objects
 from .faults import Faults, RequestInfo
+from .httpserver import HttpServer
 from .kubeconfig import write_kubeconfig
 from .pki import CertificateAuthority, server_ssl_context
 from .resources import ResourceType, default_resources
 from .rest import Call
 from .routing import Registry
-from .server import ClusterApp
+from .server import MAX_BODY, ClusterApp
 from .store import Obj, Store
 from .tokens import SigningKeys, TokenIssuer
 
@@ -73,7 +71,7 @@ class DevCluster:
             clock,
             bookmark_interval,
         )
-        self._runner: web.AppRunner | None = None
+        self._http: HttpServer | None = None
         self.url = ""
         self.kubeconfig_path = self.workdir / "kubeconfig"
         self.ca_path = self.workdir / "ca.crt"
@@ -85,22 +83,17 @@ class DevCluster:
         self.ca_path.write_bytes(self.ca.cert_pem)
         cert_pem, key_pem = self.ca.issue_server_cert(["localhost"], [self.host])
         context = server_ssl_context(cert_pem, key_pem, self.workdir)
-        self._runner = web.AppRunner(self.app.build(), access_log=None, handle_signals=False)
-        await self._runner.setup()
-        # The server's own listener, for its TLS layer: a 16 KiB receive buffer per
-        # connection instead of asyncio's 256 KiB (1,000 open watches: 250 MiB less).
-        # No cap to speak of; a client gets a minute for its first request.
-        site = CappedSite(
-            self._runner,
+        # A client gets a minute for its TLS handshake and first request's headers.
+        self._http = HttpServer(
+            self.app.dispatch,
             self.host,
             self.port,
             ssl_context=context,
-            max_connections=1_000_000,
             header_timeout=60.0,
-            backlog=1024,
+            max_body=MAX_BODY,
         )
-        await site.start()
-        self.port = site.port
+        await self._http.start()
+        self.port = self._http.port
         self.url = f"https://{self.host}:{self.port}"
         for name in ("default", "kube-system", "kube-public"):
             self.ensure_namespace(name)
@@ -110,9 +103,9 @@ class DevCluster:
     async def stop(self) -> None:
         self.app.stopping.set()
         self.store.close_watches()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._http is not None:
+            await self._http.stop()
+            self._http = None
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

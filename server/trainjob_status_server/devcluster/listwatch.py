@@ -10,9 +10,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from aiohttp import web
-
 from . import status
+from .httpserver import Request, Stream
 from .resources import ResourceType
 from .routing import query_flag
 from .selectors import labels_match, parse_field_selector, parse_label_selector, pinned_value
@@ -102,16 +101,25 @@ def check_watch_options(query: Mapping[str, str]) -> None:
         )
 
 
+# A watch whose client has this much unread: it is cut off, as the real server cuts off
+# a watcher that does not keep up; its informer relists.
+WATCH_BUFFER_LIMIT = 16 * 1024 * 1024
+
+
 async def serve_watch(
-    request: web.Request,
+    request: Request,
+    stream: Stream,
     store: Store,
     resource: ResourceType,
     namespace: str | None,
     bookmark_interval: float,
     encode: Callable[[bytes], bytes] | None = None,
-) -> web.StreamResponse:
+    buffer_limit: int = WATCH_BUFFER_LIMIT,
+) -> None:
     """Stream newline-delimited watch events until the timeout, a drop, or the client goes.
 
+    Events are written as they are committed, by the store's call, with nothing queued
+    in between; this coroutine only starts the stream, sends bookmarks and ends it.
     ``encode`` rewrites each event line (e.g. into a Table row for ``kubectl get -w``)."""
     query = request.query
     check_watch_options(query)
@@ -120,75 +128,53 @@ async def serve_watch(
     rv_text = query.get("resourceVersion", "")
     initial = query_flag(query, "sendInitialEvents") or rv_text in ("", "0")
     bookmarks = query_flag(query, "allowWatchBookmarks")
+    if not initial:
+        try:
+            since_rv = int(rv_text)
+        except ValueError as exc:
+            raise status.bad_request(f"invalid resource version: {rv_text}") from exc
 
-    # Register before reading the current state, with no await in between: every event
-    # committed after the snapshot reaches the watcher, none twice.
+    def write(line: bytes) -> None:
+        stream.write(line if encode is None else encode(line))
+
+    def send(line: bytes) -> None:
+        write(line)
+        if stream.buffered > buffer_limit:
+            watcher.close()
+
+    # From here to the stream's start nothing awaits, so no event is committed between the
+    # watcher's registration and the current state it starts from: every later event
+    # reaches the client once, none twice.
     name = pinned_value(query.get("fieldSelector"), "metadata.name")
     selector = (query.get("labelSelector") or "", query.get("fieldSelector") or "")
     watcher = store.watch(
-        resource.qualified, namespace, labels, fields, name=name, selector=selector
+        resource.qualified, namespace, labels, fields, send, name=name, selector=selector
     )
-    first: list[bytes] = []
-    expired = False
-    if initial:
-        for obj in store.list(resource.qualified, namespace):
-            if labels_match(labels, obj) and fields(obj):
-                first.append(dumps({"type": "ADDED", "object": obj}) + b"\n")
-        if bookmarks:
-            first.append(_bookmark(resource, store.rv, initial_end=True))
-    else:
-        try:
-            since = store.events_since(resource.qualified, int(rv_text))
-        except ValueError as exc:
-            store.unwatch(watcher)
-            raise status.bad_request(f"invalid resource version: {rv_text}") from exc
-        except Expired as exc:
-            first.append(_expired_line(exc))
-            expired = True
-            since = []
-        for event in since:
-            event_type = watcher.event_type(event)
-            if event_type is not None:
-                first.append(event.line(event_type))
-
-    response = _EncodingResponse(encode)
     try:
-        await response.prepare(request)
-        for line in first:
-            await response.write(line)
-        if not expired:
-            await _pump(response, store, watcher, resource, query, bookmarks, bookmark_interval)
-    except (ConnectionResetError, asyncio.CancelledError):
-        store.unwatch(watcher)
-        raise
+        stream.start(200, "application/json")
+        if initial:
+            for obj in store.list(resource.qualified, namespace):
+                if labels_match(labels, obj) and fields(obj):
+                    write(dumps({"type": "ADDED", "object": obj}) + b"\n")
+            if bookmarks:
+                write(_bookmark(resource, store.rv, initial_end=True))
+        else:
+            try:
+                since = store.events_since(resource.qualified, since_rv)
+            except Expired as exc:
+                write(_expired_line(exc))
+                return
+            for event in since:
+                event_type = watcher.event_type(event)
+                if event_type is not None:
+                    write(event.line(event_type))
+        await _wait(stream, store, watcher, resource, query, bookmarks, bookmark_interval)
     finally:
         store.unwatch(watcher)
-    return response
 
 
-class _EncodingResponse(web.StreamResponse):
-    """A watch stream whose event lines pass through ``encode`` on the way out."""
-
-    def __init__(self, encode: Callable[[bytes], bytes] | None) -> None:
-        super().__init__(status=200, headers={"Content-Type": "application/json"})
-        self._encode = encode
-
-    async def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self._encode is not None:
-            data = self._encode(bytes(data))
-        await super().write(data)
-
-    async def write_lines(self, lines: list[bytes]) -> None:
-        """Event lines in one write (one TLS record, one send) when they pass unchanged."""
-        if self._encode is not None:
-            for line in lines:
-                await self.write(line)
-        else:
-            await super().write(b"".join(lines))
-
-
-async def _pump(
-    response: _EncodingResponse,
+async def _wait(
+    stream: Stream,
     store: Store,
     watcher: Watcher,
     resource: ResourceType,
@@ -196,9 +182,11 @@ async def _pump(
     bookmarks: bool,
     bookmark_interval: float,
 ) -> None:
+    """Until the watch ends: bookmarks every ``bookmark_interval`` if asked for, and one
+    at ``timeoutSeconds``."""
     timeout = float(query.get("timeoutSeconds") or 0)
     deadline = time.monotonic() + timeout if timeout > 0 else None
-    while True:
+    while not watcher.closed:
         wait = bookmark_interval if bookmarks else None
         if deadline is not None:
             left = deadline - time.monotonic()
@@ -206,30 +194,16 @@ async def _pump(
                 break
             wait = left if wait is None else min(wait, left)
         try:
-            # asyncio.timeout, not wait_for: no task per event (None: no deadline).
             async with asyncio.timeout(wait):
-                line = await watcher.queue.get()
+                await watcher.ended.wait()
         except TimeoutError:
             if deadline is not None and time.monotonic() >= deadline:
                 break  # the closing bookmark below marks the end
-            if bookmarks and watcher.queue.empty():
-                # Everything committed so far has reached this watcher: the store's
+            if bookmarks and not watcher.closed:
+                # Every event committed so far has been written: the store's
                 # resourceVersion is a safe resume point.
-                await response.write(_bookmark(resource, store.rv))
+                stream.write(_bookmark(resource, store.rv))
             continue
-        if line is None:
-            return
-        # Events that queued up meanwhile (a busy server) go out together.
-        lines = [line]
-        ending = False
-        while not watcher.queue.empty():
-            more = watcher.queue.get_nowait()
-            if more is None:
-                ending = True
-                break
-            lines.append(more)
-        await response.write_lines(lines)
-        if ending:
-            return
-    if bookmarks and watcher.queue.empty():
-        await response.write(_bookmark(resource, store.rv))
+        return
+    if bookmarks and not watcher.closed:
+        stream.write(_bookmark(resource, store.rv))

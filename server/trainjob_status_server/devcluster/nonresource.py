@@ -7,10 +7,9 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aiohttp import web
-
 from . import discovery, openapi, printers
 from .authz import User
+from .httpserver import Request, Response
 from .resources import ResourceType
 from .store import dumps, dumps_object
 from .tokens import TokenIssuer
@@ -18,9 +17,9 @@ from .tokens import TokenIssuer
 _HEALTH = ("/healthz", "/livez", "/readyz")
 
 
-def _not_found() -> web.Response:
+def _not_found() -> Response:
     # Unknown paths get Go's plain-text mux answer, not a Status (h_apis_missing_group).
-    return web.Response(status=404, text="404 page not found\n", content_type="text/plain")
+    return Response(404, b"404 page not found\n", "text/plain; charset=utf-8")
 
 
 class NonResourcePaths:
@@ -31,13 +30,13 @@ class NonResourcePaths:
         self.tokens = tokens
         self._openapi = openapi.OpenApiDocuments(self.resources)
 
-    async def serve(self, request: web.Request, user: User) -> web.StreamResponse:
+    def serve(self, request: Request, user: User) -> Response:
         path = request.path
         if request.method not in ("GET", "HEAD"):
             return _not_found()
         accept = request.headers.get("Accept")
         if path in _HEALTH or path.startswith(tuple(p + "/" for p in _HEALTH)):
-            return web.Response(text="ok", content_type="text/plain")
+            return Response(200, b"ok", "text/plain; charset=utf-8")
         if path == "/.well-known/openid-configuration":
             base = f"{request.scheme}://{request.host}"
             return self._json(200, self.tokens.openid_configuration(base))
@@ -45,33 +44,23 @@ class NonResourcePaths:
             if not self.tokens.jwks_acceptable(accept):
                 error = self.tokens.jwks_not_acceptable()
                 return self._json(error.code, error.to_json())
-            return web.Response(
-                body=dumps(self.tokens.jwks()), content_type="application/jwk-set+json"
-            )
+            return Response(200, dumps(self.tokens.jwks()), "application/jwk-set+json")
         if path == "/openapi/v2" or path.startswith("/openapi/v3"):
             found = self._openapi.serve(path, dict(request.query), accept)
             if found is None:
                 return _not_found()
-            return web.Response(
-                status=found.status,
-                body=found.body,
-                headers={"Content-Type": found.content_type, **found.headers},
-            )
+            return Response(found.status, found.body, found.content_type, dict(found.headers))
         answer = discovery.discover(self.resources, path, accept, request.host)
         if answer is None:
             return _not_found()
-        return web.Response(
-            status=answer.status,
-            body=dumps(answer.body),
-            headers={"Content-Type": answer.content_type},
-        )
+        return Response(answer.status, dumps(answer.body), answer.content_type)
 
     @staticmethod
-    def _json(code: int, body: Any) -> web.Response:
-        return web.Response(status=code, body=dumps(body), content_type="application/json")
+    def _json(code: int, body: Any) -> Response:
+        return Response(code, dumps(body))
 
     def watch_encoder(
-        self, request: web.Request, resource: ResourceType
+        self, request: Request, resource: ResourceType
     ) -> Callable[[bytes], bytes] | None:
         """For ``kubectl get -w`` (Accept ``as=Table``): each ADDED/MODIFIED/DELETED event
         carries a one-row Table, column definitions only in the first, as a real server
@@ -94,8 +83,8 @@ class NonResourcePaths:
         return encode
 
     def render(
-        self, request: web.Request, resource: ResourceType, body: dict[str, Any], code: int
-    ) -> web.Response:
+        self, request: Request, resource: ResourceType, body: dict[str, Any], code: int
+    ) -> Response:
         """JSON, or a Table when the client asks for one (``kubectl get``)."""
         accept = request.headers.get("Accept", "")
         if "as=Table" in accept and code < 300 and body.get("kind") != "Status":
@@ -104,9 +93,5 @@ class NonResourcePaths:
             table = printers.table(
                 resource, objects, list_meta=body.get("metadata") if items is not None else None
             )
-            return web.Response(
-                status=code,
-                body=dumps(table),
-                headers={"Content-Type": "application/json;as=Table;v=v1;g=meta.k8s.io"},
-            )
-        return web.Response(status=code, body=dumps_object(body), content_type="application/json")
+            return Response(code, dumps(table), "application/json;as=Table;v=v1;g=meta.k8s.io")
+        return Response(code, dumps_object(body))

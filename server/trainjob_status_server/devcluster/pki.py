@@ -197,7 +197,7 @@ def server_ssl_context(cert_pem: bytes, key_pem: bytes, directory: Path | str) -
     """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    # aiohttp speaks HTTP/1.1 only: offering h2 would make kubectl (Go) try HTTP/2.
+    # The server speaks HTTP/1.1 only: offering h2 would make kubectl (Go) try HTTP/2.
     context.set_alpn_protocols(["http/1.1"])
     folder = Path(directory)
     with (

@@ -1,4 +1,4 @@
-"""The development cluster's aiohttp application: authentication, faults, routing."""
+"""The development cluster's request handler: authentication, faults, routing."""
 
 from __future__ import annotations
 
@@ -6,31 +6,26 @@ import asyncio
 import contextlib
 import hmac
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
-from aiohttp import web
-
 from . import authz, bodies, status
-from .faults import Faults, RequestInfo
-from .listwatch import list_objects, serve_watch
+from .faults import Fault, Faults, RequestInfo
+from .httpserver import Connection, HandlerResult, Request, Response
+from .listwatch import WATCH_BUFFER_LIMIT, list_objects, serve_watch
 from .nonresource import NonResourcePaths
+from .resources import ResourceType
 from .rest import Answer, Call, ResourceApi
-from .routing import Registry, route
+from .routing import Registry, Route, route
 from .status import ApiError
 from .store import Obj, Store, dumps
 from .tokens import TokenIssuer
 
-_MAX_BODY = 3 * 1024 * 1024  # the real server's limit for a request body
+MAX_BODY = 3 * 1024 * 1024  # the real server's limit for a request body
 
 
-def json_response(code: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(
-        status=code,
-        body=dumps(body),
-        content_type="application/json",
-        headers=headers,
-    )
+def json_response(code: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+    return Response(code, dumps(body), headers=headers or {})
 
 
 def _warning_header(warnings: list[str]) -> dict[str, str]:
@@ -52,6 +47,7 @@ class ClusterApp:
         admin_token: str,
         clock: Callable[[], float],
         bookmark_interval: float = 10.0,
+        watch_buffer_limit: int = WATCH_BUFFER_LIMIT,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -60,22 +56,17 @@ class ClusterApp:
         self.admin_token = admin_token
         self.clock = clock
         self.bookmark_interval = bookmark_interval
+        # Bytes a watch's client may leave unread before the watch is cut off.
+        self.watch_buffer_limit = watch_buffer_limit
         self.api = ResourceApi(store, clock)
         self.paths = NonResourcePaths(registry.resources, tokens)
-        # Requests currently being served, so a stop can wait for them.
-        self.in_flight = 0
         # Set when the cluster stops: stalled requests stop waiting, so stopping does not
         # wait out a test's stall.
         self.stopping = asyncio.Event()
 
-    def build(self) -> web.Application:
-        app = web.Application(client_max_size=_MAX_BODY)
-        app.router.add_route("*", "/{tail:.*}", self.dispatch)
-        return app
-
     # -- authentication ------------------------------------------------------------------
 
-    def authenticate(self, request: web.Request) -> authz.User:
+    def authenticate(self, request: Request) -> authz.User:
         header = request.headers.get("Authorization")
         if header is None:
             return authz.ANONYMOUS
@@ -103,59 +94,87 @@ class ClusterApp:
 
     # -- dispatch ------------------------------------------------------------------------
 
-    async def dispatch(self, request: web.Request) -> web.StreamResponse:
-        self.in_flight += 1
+    def dispatch(self, request: Request, connection: Connection) -> HandlerResult:
+        """The answer, or a coroutine for one that waits (a stall, a watch)."""
         try:
-            return await self._dispatch(request)
+            found = route(self.registry, request.method, request.path, request.query)
+            user = self.authenticate(request)
+            self.faults.record(found.info)
+            faults = self.faults.take(found.info)
+            if faults:
+                return self._after_faults(faults, request, connection, found, user)
+            return self._serve(request, connection, found, user)
         except ApiError as exc:
             return json_response(exc.code, exc.to_json(), exc.headers)
-        finally:
-            self.in_flight -= 1
 
-    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
-        query = request.query
-        found = route(self.registry, request.method, request.path, query)
+    async def _after_faults(
+        self,
+        faults: list[Fault],
+        request: Request,
+        connection: Connection,
+        found: Route,
+        user: authz.User,
+    ) -> Response | None:
+        try:
+            for fault in faults:
+                if fault.delay:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(fault.delay):
+                            await self.stopping.wait()
+                error = fault.error()
+                if error is not None:
+                    raise error
+            answer = self._serve(request, connection, found, user)
+            if isinstance(answer, Response):
+                return answer
+            return await answer
+        except ApiError as exc:
+            return json_response(exc.code, exc.to_json(), exc.headers)
+
+    def _serve(
+        self, request: Request, connection: Connection, found: Route, user: authz.User
+    ) -> Response | Coroutine[Any, Any, Response | None]:
         info, resource = found.info, found.resource
-        user = self.authenticate(request)
-        self.faults.record(info)
-        for fault in self.faults.take(info):
-            if fault.delay:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(fault.delay):
-                        await self.stopping.wait()
-            error = fault.error()
-            if error is not None:
-                raise error
         authz.authorize(user, info, resource, self._bindings(info.namespace), self._role)
         if resource is None:
-            return await self.paths.serve(request, user)
-        body = await request.read() if request.can_read_body else b""
+            return self.paths.serve(request, user)
+        query = request.query
+        verb = info.verb
+        if verb == "watch":
+            return self._watch(request, connection, info, resource)
+        if verb == "list":
+            listed = list_objects(self.store, resource, info.namespace or None, query)
+            return self.paths.render(request, resource, listed, 200)
         call = Call(
             info=info,
             resource=resource,
             query=query,
-            body=body,
+            body=request.body,
             content_type=request.headers.get("Content-Type", ""),
             user_agent=request.headers.get("User-Agent"),
         )
-        verb = info.verb
-        if verb == "watch":
-            namespace = info.namespace or None
-            return await serve_watch(
-                request,
-                self.store,
-                resource,
-                namespace,
-                self.bookmark_interval,
-                self.paths.watch_encoder(request, resource),
-            )
-        if verb == "list":
-            listed = list_objects(self.store, resource, info.namespace or None, query)
-            return self.paths.render(request, resource, listed, 200)
         answer = self._special(call) or self._verb(call)
         response = self.paths.render(request, resource, answer.body, answer.code)
         response.headers.update(_warning_header(call.warnings))
         return response
+
+    async def _watch(
+        self, request: Request, connection: Connection, info: RequestInfo, resource: ResourceType
+    ) -> Response | None:
+        try:
+            await serve_watch(
+                request,
+                connection.stream(),
+                self.store,
+                resource,
+                info.namespace or None,
+                self.bookmark_interval,
+                self.paths.watch_encoder(request, resource),
+                self.watch_buffer_limit,
+            )
+        except ApiError as exc:  # the options were refused: nothing was streamed
+            return json_response(exc.code, exc.to_json(), exc.headers)
+        return None
 
     def _verb(self, call: Call) -> Answer:
         verb, sub = call.info.verb, call.info.subresource

@@ -77,8 +77,12 @@ class Event:
         return cached
 
 
+Sink = Callable[[bytes], None]
+
+
 class Watcher:
-    """One open watch: filters events the way the watch cache does and queues their lines.
+    """One open watch: filters events the way the watch cache does and hands their lines to
+    ``sink`` as they are committed (the watch's stream writes them out at once).
 
     A MODIFIED event that moves an object into the selection is sent as ADDED, and one
     that moves it out as DELETED, so a client's view stays consistent with its selector.
@@ -90,7 +94,7 @@ class Watcher:
         namespace: str | None,
         labels: builtins.list[Requirement],
         fields: FieldPredicate,
-        max_queue: int,
+        sink: Sink,
         name: str | None = None,
         selector: Hashable | None = None,
     ) -> None:
@@ -98,15 +102,16 @@ class Watcher:
         self.namespace = namespace
         self.labels = labels
         self.fields = fields
+        self.sink = sink
         # The metadata.name the field selector requires, if it requires one.
         self.name = name
         # What ``labels`` and ``fields`` were parsed from (None: unknown): watchers of a
         # namespace with equal selectors see every event the same way, so the first of
         # them to be offered an event finds the type they all see.
         self.selector = None if selector is None else (namespace, selector)
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self.max_queue = max_queue
         self.closed = False
+        # Set when the watch ends (dropped, or its stream gave up on the client).
+        self.ended = asyncio.Event()
         self.last_rv = 0
 
     def _selected(self, obj: Obj | None) -> bool:
@@ -144,22 +149,13 @@ class Watcher:
             event_type = event.verdicts[self.selector] = self.event_type(event)
         if event_type is None:
             return
-        if self.queue.qsize() >= self.max_queue:
-            # A consumer this far behind is cut off, as the real server does with slow
-            # watchers; its informer relists.
-            self.close()
-            return
         self.last_rv = event.rv
-        self.queue.put_nowait(event.line(event_type))
-
-    def send(self, line: bytes) -> None:
-        if not self.closed:
-            self.queue.put_nowait(line)
+        self.sink(event.line(event_type))
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            self.queue.put_nowait(None)
+            self.ended.set()
 
 
 class Expired(Exception):
@@ -174,7 +170,7 @@ class Expired(Exception):
 class Store:
     """Objects by resource and (namespace, name), a global resourceVersion, a window of events."""
 
-    def __init__(self, history_size: int = 10_000, watch_queue_limit: int = 100_000) -> None:
+    def __init__(self, history_size: int = 10_000) -> None:
         self.rv = 1
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
         self._history: deque[Event] = deque(maxlen=history_size)
@@ -185,7 +181,6 @@ class Store:
         # watchers that can want it, so thousands of idle watches cost nothing per write.
         self._watchers: dict[tuple[str, str | None], set[Watcher]] = {}
         self._named: dict[tuple[str, str | None, str], set[Watcher]] = {}
-        self._watch_queue_limit = watch_queue_limit
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -264,16 +259,16 @@ class Store:
         namespace: str | None,
         labels: builtins.list[Requirement],
         fields: FieldPredicate,
+        sink: Sink,
         *,
         name: str | None = None,
         selector: Hashable | None = None,
     ) -> Watcher:
-        """A new watcher; ``name``: the metadata.name ``fields`` requires, if any (it is
-        then only offered that object's events, which are the only ones it can select);
+        """A new watcher that gives ``sink`` the line of every event it selects, committed
+        from now on; ``name``: the metadata.name ``fields`` requires, if any (it is then
+        only offered that object's events, which are the only ones it can select);
         ``selector``: what ``labels`` and ``fields`` were parsed from, if known."""
-        watcher = Watcher(
-            resource, namespace, labels, fields, self._watch_queue_limit, name, selector
-        )
+        watcher = Watcher(resource, namespace, labels, fields, sink, name, selector)
         self._index(watcher).setdefault(self._key(watcher), set()).add(watcher)
         return watcher
 

@@ -1,0 +1,429 @@
+"""The development cluster's HTTP/1.1 server: requests parsed by httptools, answers written
+straight to the connection.
+
+Why not aiohttp's web server, which the status server uses: on these machines it costs
+about 250 us of CPU per keep-alive HTTPS request before any handler runs, the same
+request through httptools and an asyncio protocol about 70 us. The cluster has to take
+2,000 status writes a second on one core so that it is never what our benchmarks measure,
+and the API it serves is small: requests with a body, answers with a length, and chunked
+watch streams. Everything is HTTP/1.1 with keep-alive; pipelined requests are answered in
+order.
+
+A handler gets the whole request (body read, at most ``max_body`` bytes) and returns a
+``Response``, or a coroutine for answers that wait (a stalled request, a watch). A
+coroutine may stream its answer through ``Connection.stream`` and then return None.
+When the client goes away while a coroutine runs, the coroutine is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import http
+import logging
+import socket
+import ssl
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+import httptools
+from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
+
+from ..listener import FirstRequestDeadline, tls_protocol
+from .status import ApiError
+from .store import dumps
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    path: str  # percent-decoded
+    query: MultiDictProxy[str]  # the first value of a repeated parameter is query[name]
+    headers: CIMultiDictProxy[str]
+    body: bytes
+    scheme: str = "https"
+
+    @property
+    def host(self) -> str:
+        return self.headers.get("Host", "")
+
+
+@dataclass(slots=True)
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+HandlerResult = Response | Coroutine[Any, Any, Response | None]
+Handler = Callable[[Request, "Connection"], HandlerResult]
+
+
+_REASONS = {code.value: code.phrase.encode() for code in http.HTTPStatus}
+
+
+class _Clock:
+    """The Date header, formatted once a second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = b""
+
+    def date(self) -> bytes:
+        now = int(time.time())
+        if now != self._second:
+            self._second = now
+            self._value = email.utils.formatdate(now, usegmt=True).encode()
+        return self._value
+
+
+_CLOCK = _Clock()
+
+
+def _head(code: int, content_type: str, headers: dict[str, str], framing: bytes) -> bytes:
+    lines = [
+        b"HTTP/1.1 %d %s\r\n" % (code, _REASONS.get(code, b"Unknown")),
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n",
+        b"Date: " + _CLOCK.date() + b"\r\n",
+        framing,
+    ]
+    for name, value in headers.items():
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
+            raise ValueError(f"header {name!r} has a line break")
+        lines.append(f"{name}: {value}\r\n".encode("latin-1"))
+    lines.append(b"\r\n")
+    return b"".join(lines)
+
+
+def _internal_error() -> Response:
+    return Response(500, dumps(ApiError(500, "InternalError", "internal error").to_json()))
+
+
+class Stream:
+    """A chunked answer in progress. Writes never wait: a watch checks ``buffered`` and
+    gives up on a client that does not read."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self.started = False
+        self.ended = False
+
+    def start(self, code: int, content_type: str, headers: dict[str, str] | None = None) -> None:
+        if self.started:
+            raise RuntimeError("the answer has started")
+        self.started = True
+        framing = b"Transfer-Encoding: chunked\r\n"
+        self._connection.write(_head(code, content_type, headers or {}, framing))
+
+    def write(self, data: bytes) -> None:
+        if not self.started or self.ended:
+            raise RuntimeError("write outside the answer")
+        if data:
+            self._connection.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def end(self) -> None:
+        if self.started and not self.ended:
+            self.ended = True
+            self._connection.write(b"0\r\n\r\n")
+
+    @property
+    def buffered(self) -> int:
+        """Bytes written and not yet taken by the kernel."""
+        return self._connection.buffered
+
+    @property
+    def lost(self) -> bool:
+        return self._connection.lost
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: parses requests, runs the handler, writes the answers."""
+
+    def __init__(self, server: HttpServer) -> None:
+        self._server = server
+        self._handler = server.handler
+        self._max_body = server.max_body
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._url: list[bytes] = []
+        self._headers: list[tuple[str, str]] = []
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._ready: deque[tuple[Request, bool]] = deque()  # pipelined, not yet answered
+        self._task: asyncio.Task[None] | None = None
+        self._stream: Stream | None = None
+        self._closing = False  # no more requests: answer what is in and close
+        self.lost = False
+
+    # -- asyncio.Protocol ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._server.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError:
+            # Go's net/http answer to what it cannot parse (upgrades included: the API
+            # server's are for exec and port-forward, which this cluster has not got).
+            if not self._closing:
+                self._refuse(Response(400, b"400 Bad Request", "text/plain; charset=utf-8"))
+
+    def eof_received(self) -> bool | None:
+        # A client that half-closes has sent its last request; answer it, then close.
+        self._closing = True
+        if self._task is None and not self._ready:
+            return None
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._closing = True
+        self._ready.clear()
+        self._server.connections.discard(self)
+        if self._task is not None:
+            self._task.cancel()
+
+    # -- httptools callbacks -------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._url = []
+        self._headers = []
+        self._body = []
+        self._body_size = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url.append(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        length = self._parser_content_length()
+        if length is not None and length > self._max_body:
+            self._too_large()
+            return
+        if any(n.lower() == "expect" and v.lower() == "100-continue" for n, v in self._headers):
+            self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, body: bytes) -> None:
+        if self._closing:
+            return
+        self._body_size += len(body)
+        if self._body_size > self._max_body:
+            self._too_large()
+            return
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self._closing:
+            return
+        url = b"".join(self._url)
+        raw_path, _, raw_query = url.partition(b"?")
+        query = MultiDict(parse_qsl(raw_query.decode("latin-1"), keep_blank_values=True))
+        request = Request(
+            method=self._parser.get_method().decode("ascii"),
+            path=unquote(raw_path.decode("latin-1")),
+            query=MultiDictProxy(query),
+            headers=CIMultiDictProxy(CIMultiDict(self._headers)),
+            body=b"".join(self._body),
+        )
+        keep_alive = self._parser.should_keep_alive()
+        if self._task is not None or self._ready:
+            self._ready.append((request, keep_alive))
+            if len(self._ready) > 16 and self._transport is not None:
+                self._transport.pause_reading()  # a client that pipelines far ahead
+            return
+        self._serve(request, keep_alive)
+
+    def _parser_content_length(self) -> int | None:
+        for name, value in self._headers:
+            if name.lower() == "content-length":
+                with contextlib.suppress(ValueError):
+                    return int(value)
+        return None
+
+    # -- answering -----------------------------------------------------------------------
+
+    def _serve(self, request: Request, keep_alive: bool) -> None:
+        self._stream = None
+        try:
+            answer = self._handler(request, self)
+        except Exception:
+            log.exception("handler failed for %s %s", request.method, request.path)
+            answer = _internal_error()
+        if isinstance(answer, Response):
+            self._respond(request, answer, keep_alive)
+            return
+        self._task = asyncio.get_running_loop().create_task(
+            self._finish(request, answer, keep_alive)
+        )
+
+    async def _finish(
+        self,
+        request: Request,
+        answer: Coroutine[Any, Any, Response | None],
+        keep_alive: bool,
+    ) -> None:
+        try:
+            response = await answer
+        except asyncio.CancelledError:
+            self._task = None
+            return
+        except Exception:
+            log.exception("handler failed for %s %s", request.method, request.path)
+            response = _internal_error()
+        self._task = None
+        if self.lost:
+            return
+        stream = self._stream
+        if stream is not None and stream.started:
+            if response is not None:
+                log.error("%s %s streamed and answered", request.method, request.path)
+            stream.end()
+            self._after(keep_alive)
+        elif response is None:
+            log.error("%s %s had no answer", request.method, request.path)
+            self._respond(request, _internal_error(), keep_alive)
+        else:
+            self._respond(request, response, keep_alive)
+        if self._transport is not None and not self._closing:
+            self._transport.resume_reading()
+        while self._ready and self._task is None and not self.lost:
+            self._serve(*self._ready.popleft())
+
+    def _respond(self, request: Request, response: Response, keep_alive: bool) -> None:
+        if self.lost:
+            return
+        close = not keep_alive or (self._closing and not self._ready)
+        framing = b"Content-Length: %d\r\n" % len(response.body)
+        if close:
+            framing += b"Connection: close\r\n"
+        head = _head(response.status, response.content_type, response.headers, framing)
+        self.write(head if request.method == "HEAD" else head + response.body)
+        self._after(keep_alive)
+
+    def _after(self, keep_alive: bool) -> None:
+        if not keep_alive or (self._closing and not self._ready):
+            self._closing = True
+            if self._transport is not None:
+                self._transport.close()
+
+    def _refuse(self, response: Response) -> None:
+        """Answer a request the protocol cannot take, then close (its bytes are unread)."""
+        self._closing = True
+        self._ready.clear()
+        if self._task is not None:
+            return  # an answer is being written; the connection closes after it
+        framing = b"Content-Length: %d\r\nConnection: close\r\n" % len(response.body)
+        self.write(_head(response.status, response.content_type, {}, framing) + response.body)
+        if self._transport is not None:
+            self._transport.close()
+
+    def _too_large(self) -> None:
+        # The real server's answer to a body over its limit (it finds out while reading
+        # the body; here a Content-Length over the limit is enough).
+        error = ApiError(
+            413, "RequestEntityTooLarge", f"Request entity too large: limit is {self._max_body}"
+        )
+        self._refuse(Response(413, dumps(error.to_json())))
+
+    # -- for handlers --------------------------------------------------------------------
+
+    def stream(self) -> Stream:
+        """The chunked answer of the request being served (one per request)."""
+        if self._stream is None:
+            self._stream = Stream(self)
+        return self._stream
+
+    def write(self, data: bytes) -> None:
+        if self._transport is not None and not self.lost:
+            self._transport.write(data)
+
+    @property
+    def buffered(self) -> int:
+        return 0 if self._transport is None else self._transport.get_write_buffer_size()
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The answer being waited for, if any."""
+        return self._task
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+class HttpServer:
+    """Listens on ``host:port`` (TLS when given a context) and serves ``handler``.
+
+    ``header_timeout``: a connection must finish its TLS handshake and send its first
+    request's headers within this many seconds (see listener.FirstRequestDeadline)."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        header_timeout: float,
+        max_body: int,
+        backlog: int = 1024,
+    ) -> None:
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.ssl_context = ssl_context
+        self.header_timeout = header_timeout
+        self.max_body = max_body
+        self.backlog = backlog
+        self.connections: set[Connection] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def factory() -> asyncio.BaseProtocol:
+            app = FirstRequestDeadline(Connection(self), self.header_timeout)
+            if self.ssl_context is None:
+                return app
+            return tls_protocol(loop, app, self.ssl_context, self.header_timeout)
+
+        self._server = await loop.create_server(
+            factory,
+            self.host,
+            self.port,
+            backlog=self.backlog,
+            reuse_address=True,
+            family=socket.AF_INET6 if ":" in self.host else socket.AF_INET,
+        )
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self, grace: float = 2.0) -> None:
+        """Stop listening; give requests being served ``grace`` seconds, then close every
+        connection."""
+        if self._server is None:
+            return
+        self._server.close()
+        self._server = None
+        serving = [c.task for c in self.connections if c.task is not None]
+        if serving:
+            await asyncio.wait(serving, timeout=grace)
+        for connection in list(self.connections):
+            connection.close()
+        # Let the transports' close callbacks run (connection_lost cancels what is left).
+        for _ in range(3):
+            await asyncio.sleep(0)

@@ -1,0 +1,287 @@
+"""The cluster's HTTP/1.1 layer over raw TLS sockets: framing, pipelining, limits, what
+it refuses, and watches that end when their client goes."""
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+
+from trainjob_status_server.devcluster import DevCluster
+
+from .conftest import TJ
+
+NS = "wire"
+LIMIT = 3 * 1024 * 1024
+
+
+class Raw:
+    """One TLS connection that sends bytes as given and reads answers one by one."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def open(cls, cluster: DevCluster) -> "Raw":
+        port = int(cluster.url.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=cluster.client_ssl_context(), server_hostname="127.0.0.1"
+        )
+        return cls(reader, writer)
+
+    def send(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    async def answer(self) -> tuple[int, dict[str, str], bytes]:
+        """The next answer: code, headers (lower-case names), body (chunks joined)."""
+        head = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), 5)
+        lines = head.decode("latin-1").split("\r\n")
+        code = int(lines[0].split()[1])
+        headers = {}
+        for line in lines[1:]:
+            if line:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+        if "content-length" in headers:
+            body = await self.reader.readexactly(int(headers["content-length"]))
+        elif headers.get("transfer-encoding") == "chunked":
+            body = b"".join([chunk async for chunk in self.chunks()])
+        else:
+            body = b""
+        return code, headers, body
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while True:
+            size = int((await asyncio.wait_for(self.reader.readline(), 5)).strip(), 16)
+            data = await self.reader.readexactly(size + 2)
+            if size == 0:
+                return
+            yield data[:-2]
+
+    async def closed(self) -> bool:
+        """True when the server has closed the connection (nothing more to read)."""
+        return await asyncio.wait_for(self.reader.read(), 5) == b""
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.writer.wait_closed()
+
+
+def request(method: str, path: str, token: str, body: bytes = b"", **headers: str) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", f"Authorization: Bearer {token}"]
+    lines += [f"{name.replace('_', '-')}: {value}" for name, value in headers.items()]
+    if body or method in ("POST", "PATCH", "PUT"):
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def merge_patch(progress: int) -> bytes:
+    status = {
+        "trainerStatus": {"progressPercentage": progress, "lastUpdatedTime": "2026-12-03T10:00:00Z"}
+    }
+    return json.dumps({"status": status}).encode()
+
+
+async def test_pipelined_requests_are_answered_in_order(devcluster: DevCluster) -> None:
+    devcluster.create_trainjob(NS, "a")
+    devcluster.create_trainjob(NS, "b")
+    raw = await Raw.open(devcluster)
+    token = devcluster.admin_token
+    path = f"{TJ}/namespaces/{NS}/trainjobs"
+    # Three requests in one write: a write, a read of what it wrote, and a 404.
+    raw.send(
+        request(
+            "PATCH",
+            f"{path}/a/status",
+            token,
+            merge_patch(7),
+            Content_Type="application/merge-patch+json",
+        )
+        + request("GET", f"{path}/a", token)
+        + request("GET", f"{path}/missing", token)
+    )
+    first, second, third = [await raw.answer() for _ in range(3)]
+    assert first[0] == 200
+    assert json.loads(first[2])["status"]["trainerStatus"]["progressPercentage"] == 7
+    assert second[0] == 200
+    assert json.loads(second[2])["status"]["trainerStatus"]["progressPercentage"] == 7
+    assert (third[0], json.loads(third[2])["reason"]) == (404, "NotFound")
+    assert all(a[1]["content-type"] == "application/json" for a in (first, second, third))
+    assert all("connection" not in a[1] for a in (first, second, third))  # kept alive
+    await raw.close()
+
+
+async def test_a_body_over_the_limit_is_refused_before_it_is_read(devcluster: DevCluster) -> None:
+    created = devcluster.create_trainjob(NS, "big")
+    raw = await Raw.open(devcluster)
+    head = (
+        f"PATCH {TJ}/namespaces/{NS}/trainjobs/big/status HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {devcluster.admin_token}\r\n"
+        "Content-Type: application/merge-patch+json\r\n"
+        f"Content-Length: {LIMIT + 1}\r\n\r\n"
+    )
+    raw.send(head.encode())  # no body follows: the answer must not wait for it
+    code, headers, body = await raw.answer()
+    assert (code, headers["connection"]) == (413, "close")
+    assert json.loads(body) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f"Request entity too large: limit is {LIMIT}",
+        "reason": "RequestEntityTooLarge",
+        "code": 413,
+    }
+    assert await raw.closed()
+    stored = devcluster.get("trainjobs", NS, "big", "trainer.kubeflow.org")
+    assert stored == created
+
+
+async def test_a_chunked_body_over_the_limit_is_refused(devcluster: DevCluster) -> None:
+    created = devcluster.create_trainjob(NS, "chunked")
+    raw = await Raw.open(devcluster)
+    head = (
+        f"PATCH {TJ}/namespaces/{NS}/trainjobs/chunked/status HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {devcluster.admin_token}\r\n"
+        "Content-Type: application/merge-patch+json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    chunk = b"x" * (1024 * 1024)
+    raw.send(head.encode() + b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(4)))
+    code, _, body = await raw.answer()
+    assert (code, json.loads(body)["reason"]) == (413, "RequestEntityTooLarge")
+    assert devcluster.get("trainjobs", NS, "chunked", "trainer.kubeflow.org") == created
+
+
+async def test_a_chunked_body_within_the_limit_is_read_whole(devcluster: DevCluster) -> None:
+    devcluster.create_trainjob(NS, "pieces")
+    raw = await Raw.open(devcluster)
+    body = merge_patch(42)
+    head = (
+        f"PATCH {TJ}/namespaces/{NS}/trainjobs/pieces/status HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {devcluster.admin_token}\r\n"
+        "Content-Type: application/merge-patch+json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    pieces = [body[:10], body[10:]]
+    raw.send(head.encode() + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n")
+    code, _, answer = await raw.answer()
+    assert code == 200
+    assert json.loads(answer)["status"]["trainerStatus"]["progressPercentage"] == 42
+
+
+async def test_what_cannot_be_parsed_gets_gos_400_and_a_close(devcluster: DevCluster) -> None:
+    raw = await Raw.open(devcluster)
+    raw.send(b"GET /version HTTP/1.1\r\nHost: x\r\nBad Header Line\r\n\r\n")
+    code, headers, body = await raw.answer()
+    assert (code, headers["connection"], body) == (400, "close", b"400 Bad Request")
+    assert headers["content-type"] == "text/plain; charset=utf-8"
+    assert await raw.closed()
+
+
+async def test_head_gets_the_length_and_no_body(devcluster: DevCluster) -> None:
+    raw = await Raw.open(devcluster)
+    token = devcluster.admin_token
+    raw.send(request("GET", "/version", token))
+    _, got_headers, got_body = await raw.answer()
+    raw.send(request("HEAD", "/version", token) + request("GET", "/healthz", token))
+    head = await asyncio.wait_for(raw.reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert f"Content-Length: {len(got_body)}\r\n".encode() in head
+    assert got_headers["content-length"] == str(len(got_body))
+    # The next answer starts right after the head: nothing of a body was sent.
+    assert (await raw.answer())[::2] == (200, b"ok")
+
+
+async def test_expect_100_continue_is_honoured(devcluster: DevCluster) -> None:
+    devcluster.create_trainjob(NS, "expect")
+    raw = await Raw.open(devcluster)
+    body = merge_patch(3)
+    path = f"{TJ}/namespaces/{NS}/trainjobs/expect/status"
+    raw.send(
+        request(
+            "PATCH",
+            path,
+            devcluster.admin_token,
+            Content_Type="application/merge-patch+json",
+            Expect="100-continue",
+        ).replace(b"Content-Length: 0", f"Content-Length: {len(body)}".encode())
+    )
+    interim = await asyncio.wait_for(raw.reader.readuntil(b"\r\n\r\n"), 5)
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    raw.send(body)
+    code, _, answer = await raw.answer()
+    assert code == 200
+    assert json.loads(answer)["status"]["trainerStatus"]["progressPercentage"] == 3
+
+
+@pytest.mark.parametrize(
+    ("version", "extra"),
+    [("HTTP/1.1", "Connection: close\r\n"), ("HTTP/1.0", "")],
+)
+async def test_connections_close_when_the_client_asks(
+    devcluster: DevCluster, version: str, extra: str
+) -> None:
+    raw = await Raw.open(devcluster)
+    raw.send(f"GET /version {version}\r\nHost: x\r\n{extra}\r\n".encode())
+    code, headers, body = await raw.answer()
+    assert (code, headers["connection"]) == (200, "close")
+    assert json.loads(body)["major"] == "1"
+    assert await raw.closed()
+
+
+async def test_a_watch_whose_client_goes_is_unregistered_at_once(devcluster: DevCluster) -> None:
+    devcluster.create_trainjob(NS, "watched")
+    raw = await Raw.open(devcluster)
+    raw.send(request("GET", f"{TJ}/namespaces/{NS}/trainjobs?watch=true", devcluster.admin_token))
+    head = await asyncio.wait_for(raw.reader.readuntil(b"\r\n\r\n"), 5)
+    assert b"Transfer-Encoding: chunked" in head
+    chunks = raw.chunks()
+    assert json.loads(await chunks.__anext__())["type"] == "ADDED"
+    resource = devcluster.resource("trainjobs", "trainer.kubeflow.org").qualified
+    assert len(devcluster.store.watchers(resource)) == 1
+    await raw.close()
+    for _ in range(100):  # no write or bookmark needed to notice
+        if not devcluster.store.watchers(resource):
+            break
+        await asyncio.sleep(0.01)
+    assert devcluster.store.watchers(resource) == []
+
+
+async def test_a_watch_whose_client_stops_reading_is_cut_off(devcluster: DevCluster) -> None:
+    devcluster.app.watch_buffer_limit = 64 * 1024
+    job = devcluster.create_trainjob(NS, "flood")
+    raw = await Raw.open(devcluster)
+    raw.send(request("GET", f"{TJ}/namespaces/{NS}/trainjobs?watch=true", devcluster.admin_token))
+    await asyncio.wait_for(raw.reader.readuntil(b"\r\n\r\n"), 5)
+    resource = devcluster.resource("trainjobs", "trainer.kubeflow.org").qualified
+    # Stop reading: the kernel's buffers fill, then the server's, then the watch goes.
+    raw.writer.transport.pause_reading()
+    padding = "x" * 4000
+    for i in range(20_000):
+        new = {**job, "metadata": {**job["metadata"], "annotations": {"pad": f"{i}{padding}"}}}
+        job = devcluster.store.update(resource, new, job)
+        if not devcluster.store.watchers(resource) or devcluster.store.watchers(resource)[0].closed:
+            break
+        if i % 100 == 0:
+            await asyncio.sleep(0)
+    await asyncio.sleep(0.05)
+    assert devcluster.store.watchers(resource) == []
+    raw.writer.transport.resume_reading()
+    # The stream ends properly (the last chunk) long before the events run out.
+    received = 0
+    async for _ in raw.chunks():
+        received += 1
+    # The initial ADDED and every event up to the one that overfilled the buffer.
+    assert received == i + 2
+    assert i < 19_999
+    await raw.close()
+
+
+async def test_stopping_closes_idle_keep_alive_connections(devcluster: DevCluster) -> None:
+    raw = await Raw.open(devcluster)
+    raw.send(request("GET", "/version", devcluster.admin_token))
+    assert (await raw.answer())[0] == 200
+    await devcluster.stop()
+    assert await raw.closed()
