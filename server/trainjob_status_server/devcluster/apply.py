@@ -33,9 +33,16 @@ from .resources import ResourceType
 from .status import ApiError, Cause
 from .typed import TypeRef, root_type, typed_errors
 from .typedfields import ensure_named_fields_are_members, fitted_field_set, to_field_set
-from .typedops import compare, json_copy, json_equal, merge, remove_items
+from .typedops import Comparison, compare, json_copy, json_equal, merge, remove_items
 
-__all__ = ["LAST_APPLIED", "apply_for_store", "server_side_apply"]
+__all__ = [
+    "LAST_APPLIED",
+    "apply_for_store",
+    "drop_emptied",
+    "server_side_apply",
+    "status_left_to",
+    "take_over",
+]
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 _MAX_ANNOTATIONS_BYTES = 256 * 1024
@@ -165,6 +172,53 @@ def _conflict_error(conflicts: dict[ManagerKey, FieldSet]) -> ApiError:
     return ApiError(409, "Conflict", message, {"causes": [c.to_json() for c in causes]})
 
 
+def take_over(managed: Managed, key: ManagerKey, diff: Comparison, *, force: bool) -> None:
+    """Settle what the applier ``key`` changed (``diff``) with every other manager: a
+    conflict (409) where another one owns a changed field, unless ``force`` moves it.
+    Changed and removed fields leave every other set; a set left empty is dropped."""
+    changed = diff.modified.union(diff.added)
+    conflicts: dict[ManagerKey, FieldSet] = {}
+    for other, versioned in managed.sets.items():
+        if other == key:
+            continue
+        clash = versioned.fields.intersection(changed)
+        if not clash.empty():
+            conflicts[other] = clash
+    if conflicts and not force:
+        raise _conflict_error(conflicts)
+    for other, versioned in list(managed.sets.items()):
+        if other == key:
+            continue
+        versioned.fields = versioned.fields.difference(changed).difference(diff.removed)
+        if versioned.fields.empty():
+            managed.drop(other)
+
+
+def status_left_to(managed: Managed, key: ManagerKey) -> bool:
+    """Whether no manager but ``key`` owns ``.status`` or anything under it.
+
+    Then an apply to ``/status`` can skip comparing the object before and after
+    (take_over), as it cannot make a difference: that result is the live object with
+    only its ``status`` replaced (_reset), and compare skips values that are the very
+    same object, so every path it reports starts with ``f:status``. A set that holds no
+    such path meets none of them: no conflict, and its differences with the changed and
+    removed paths are the set itself. What take_over still does then is drop_emptied.
+    """
+    for other, versioned in managed.sets.items():
+        if other != key:
+            fields = versioned.fields
+            if "f:status" in fields.members or "f:status" in fields.children:
+                return False
+    return True
+
+
+def drop_emptied(managed: Managed, key: ManagerKey) -> None:
+    """take_over where nothing the applier changed is anyone else's: only the other
+    managers' sets that are empty already go."""
+    for other in [k for k, v in managed.sets.items() if k != key and v.fields.empty()]:
+        managed.drop(other)
+
+
 def _sync_last_applied(out: dict[str, Any], config: dict[str, Any]) -> None:
     """kubectl's own server-side applies keep a client-side apply annotation current."""
     meta = out.get("metadata") or {}
@@ -252,23 +306,10 @@ def apply_for_store(
         merged = _prune(merged, managed, last.fields, applied, t)
     result = _reset(base, merged, subresource, has_status)
 
-    diff = compare(base, result, t)
-    changed = diff.modified.union(diff.added)
-    conflicts: dict[ManagerKey, FieldSet] = {}
-    for other, versioned in managed.sets.items():
-        if other == key:
-            continue
-        clash = versioned.fields.intersection(changed)
-        if not clash.empty():
-            conflicts[other] = clash
-    if conflicts and not force:
-        raise _conflict_error(conflicts)
-    for other, versioned in list(managed.sets.items()):
-        if other == key:
-            continue
-        versioned.fields = versioned.fields.difference(changed).difference(diff.removed)
-        if versioned.fields.empty():
-            managed.drop(other)
+    if subresource == "status" and status_left_to(managed, key):
+        drop_emptied(managed, key)
+    else:
+        take_over(managed, key, compare(base, result, t), force=force)
     # The entry's time moves only when the apply changed the object (before the status or
     # spec of the config was set aside), as a real server decides it: a new manager whose
     # apply changes nothing gets an entry without a time.

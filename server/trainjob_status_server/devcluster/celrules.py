@@ -146,13 +146,20 @@ def _freeze(value: Any) -> Any:
 
 
 def _key(value: Any, need: _Need) -> Any:
-    if need.kind == _FULL:
+    kind = need.kind
+    if kind == _FULL:
         return _freeze(value)
-    if need.kind == _PRESENCE:
+    if kind == _PRESENCE:
         return True
     if type(value) is not dict:
         return ("!", _freeze(value))
-    return ("s", *((n, _key(value[n], c)) for n, c in need.children.items() if n in value))
+    # ("s", (name, key), ...) for the selected fields present; a loop, not a generator:
+    # this runs for every rule on every write.
+    parts: list[Any] = ["s"]
+    for n, c in need.children.items():
+        if n in value:
+            parts.append((n, _key(value[n], c)))
+    return tuple(parts)
 
 
 _META = {

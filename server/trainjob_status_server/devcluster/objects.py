@@ -15,7 +15,6 @@ import uuid
 from typing import Any
 
 from .resources import ResourceType
-from .typedops import json_copy
 
 Obj = dict[str, Any]
 
@@ -119,13 +118,17 @@ def for_main_update(resource: ResourceType, old: Obj, new: Obj) -> Obj:
 
 
 def for_status_update(old: Obj, new: Obj) -> Obj:
-    """The object a write to ``/status`` stores: the old object with the new status."""
+    """The object a write to ``/status`` stores: the old object with the new status.
+
+    Only the top level and the metadata are its own: the status is ``new``'s, which
+    admission (StructuralSchema.admitted) copies where it changes anything, and the rest
+    is ``old``'s. Nothing changes a stored object, so the stored result may share them."""
     obj = {k: v for k, v in old.items() if k != "status"}
     obj["metadata"] = dict(old["metadata"])
     if "managedFields" in new.get("metadata", {}):
         obj["metadata"]["managedFields"] = new["metadata"]["managedFields"]
     if "status" in new:
-        obj["status"] = json_copy(new["status"])
+        obj["status"] = new["status"]
     return obj
 
 

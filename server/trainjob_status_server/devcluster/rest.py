@@ -23,6 +23,7 @@ from .routing import query_flag
 from .schema import StructuralSchema
 from .status import ApiError
 from .store import Obj, Store
+from .typedops import json_copy
 
 
 @dataclass
@@ -88,8 +89,11 @@ class ResourceApi:
             r = call.resource
             raise status.conflict(r.qualified, r.group, r.plural, call.info.name)
 
-    def _admit(self, call: Call, obj: Obj, old: Obj | None) -> None:
-        """Prune, default and validate ``obj`` in place, as the CRD's schema says."""
+    def _admit(self, call: Call, obj: Obj, old: Obj | None) -> Obj:
+        """``obj`` pruned, defaulted and validated as the CRD's schema says: ``obj`` itself
+        when pruning and defaulting have nothing to do (the usual status write, whose
+        status may be part of the request or of the stored object), else a copy of the
+        parts that are not ``obj``'s own (_private_copy), pruned and defaulted in place."""
         resource = call.resource
         causes: list[status.Cause] = []
         if old is None:
@@ -99,9 +103,12 @@ class ResourceApi:
             )
         schema = self.schema(resource)
         if schema is not None:
-            unknown = schema.prune(obj)
+            unknown: list[str] = []
+            if not schema.admits_as_is(obj):
+                obj = _private_copy(call, obj)
+                unknown = schema.prune(obj)
+                schema.apply_defaults(obj)
             self._unknown_fields(call, unknown)
-            schema.apply_defaults(obj)
             causes += schema.validate(
                 obj, old, subresource=call.info.subresource or None, prior=causes
             )
@@ -110,6 +117,7 @@ class ResourceApi:
             raise status.invalid(
                 resource.kind_qualified, resource.group, resource.kind, name, causes
             )
+        return obj
 
     def _unknown_fields(self, call: Call, unknown: list[str]) -> None:
         if not unknown:
@@ -167,7 +175,7 @@ class ResourceApi:
             if self.store.get("namespaces", "", info.namespace) is None:
                 raise status.not_found("namespaces", "", "namespaces", info.namespace)
         new = objects.for_create(resource, body, info.namespace, self.clock())
-        self._admit(call, new, None)
+        new = self._admit(call, new, None)
         name = new["metadata"]["name"]
         if self.store.get(resource.qualified, info.namespace, name) is not None:
             raise status.already_exists(resource.qualified, resource.group, resource.plural, name)
@@ -223,7 +231,7 @@ class ResourceApi:
         else:
             new = objects.for_main_update(resource, live, computed)
         new["metadata"]["managedFields"] = live["metadata"].get("managedFields", [])
-        self._admit(call, new, live)
+        new = self._admit(call, new, live)
         track_update(
             live,
             new,
@@ -322,7 +330,7 @@ class ResourceApi:
             new = objects.for_status_update(live, applied)
         else:
             new = objects.for_main_update(resource, live, applied)
-        self._admit(call, new, live)
+        new = self._admit(call, new, live)
         return Answer(200, self._store(call, new, live))
 
     def create_from(self, call: Call, applied: Obj) -> Answer:
@@ -333,7 +341,7 @@ class ResourceApi:
         managed = applied.get("metadata", {}).get("managedFields", [])
         new = objects.for_create(resource, applied, info.namespace, self.clock())
         new["metadata"]["managedFields"] = managed
-        self._admit(call, new, None)
+        new = self._admit(call, new, None)
         return Answer(201, self._store(call, new, None))
 
     def delete(self, call: Call) -> Answer:
@@ -357,6 +365,16 @@ class ResourceApi:
         deleted = self.store.delete(resource.qualified, info.namespace, info.name)
         assert deleted is not None
         return Answer(200, deleted)
+
+
+def _private_copy(call: Call, obj: Obj) -> Obj:
+    """``obj`` as the in-place walks had it before they could be skipped: a write to
+    ``/status`` gets a copy of its status (objects.for_status_update shares the one it
+    was given; the rest is the stored object's, as ever); other writes made a deep copy
+    of their own already (objects.for_create, objects.for_main_update)."""
+    if call.info.subresource == "status" and "status" in obj:
+        return {**obj, "status": json_copy(obj["status"])}
+    return obj
 
 
 def _patch_failure(exc: PatchError) -> ApiError:

@@ -61,11 +61,12 @@ class StructuralSchema:
             CelRule(spec, node.raw, root=root, env=env)
             for spec in node.raw.get("x-kubernetes-validations") or ()
         ]
-        node.quick = quick_check(node)
         for child in node.children():
             self._compile(child, env)
             node.rules_below = node.rules_below or child.rules_below
             node.lists_below = node.lists_below or child.lists_below
+        # After the children: an object's quick check is made of theirs.
+        node.quick = quick_check(node)
         node.rules_below = node.rules_below or bool(node.rules)
 
     # -- defaulting -----------------------------------------------------------------
@@ -85,6 +86,20 @@ class StructuralSchema:
         removed: list[str] = []
         _prune(obj, self._root, "", removed, resource=True)
         return removed
+
+    # -- both, without changing the object ---------------------------------------------
+
+    def admits_as_is(self, obj: dict[str, Any]) -> bool:
+        """Whether ``prune`` and ``apply_defaults`` would change nothing in ``obj``: no
+        unknown field to drop, no null to drop or default, no default missing. Then a
+        write can store ``obj`` without a copy to prune and default in place: its parts
+        may be the stored object's or the request's (see rest).
+
+        Exact whatever ``obj`` shares (YAML aliases): the in-place walks change nothing
+        as long as every visit sees what it would see first, which is the case when no
+        visit changes anything, and this walk makes the same visits to the same values.
+        """
+        return _as_is(obj, self._root, resource=True, prune=True)
 
     # -- validation -------------------------------------------------------------------
 
@@ -177,6 +192,76 @@ def _prune(value: Any, node: Node, path: str, removed: list[str], *, resource: b
     elif kind is list and node.items is not None:
         for i, item in enumerate(value):
             _prune(item, node.items, f"{path}[{i}]", removed, resource=node.items.embedded)
+
+
+# The walk of StructuralSchema.admits_as_is: per node, what would make _prune or
+# _default change something there.
+
+
+def _as_is(value: Any, node: Node, *, resource: bool, prune: bool) -> bool:
+    """Whether ``value`` is pruned (if ``prune``: not in a resource's metadata) and
+    defaulted already."""
+    kind = type(value)
+    if kind is dict:
+        return _map_as_is(value, node, resource, prune)
+    if kind is list and node.items is not None:
+        return _list_as_is(value, node.items, prune)
+    return True
+
+
+def _map_as_is(value: dict[str, Any], node: Node, resource: bool, prune: bool) -> bool:
+    props, extra = node.properties, node.additional
+    if not props and extra is None:
+        # _default stops here; _prune drops every key but a resource's own fields.
+        if not prune or node.preserve_unknown:
+            return True
+        return all(resource and key in _META_FIELDS for key in value)
+    if _settled(value, node):
+        return True
+    for key, _prop in node.defaulted:
+        if key not in value:
+            return False
+    for key, item in value.items():
+        prop = props.get(key) or extra
+        prunes_below = prune and not (resource and key in _META_FIELDS)
+        if prop is None:
+            if prunes_below and not node.preserve_unknown:
+                return False
+        elif item is None:
+            if not prop.nullable:
+                return False
+        elif (type(item) is dict or type(item) is list) and not _as_is(
+            item, prop, resource=prop.embedded, prune=prunes_below
+        ):
+            return False
+    return True
+
+
+def _settled(value: dict[str, Any], node: Node) -> bool:
+    """A cheaper test of _map_as_is for the usual leaf map of a write, true only where
+    it is: every key known (nothing pruned), every default there (nothing added) and
+    every value a scalar other than null (nothing below, no null to drop or default)."""
+    if node.additional is None and not value.keys() <= node.properties.keys():
+        return False
+    for key, _prop in node.defaulted:
+        if key not in value:
+            return False
+    for item in value.values():
+        if item is None or type(item) is dict or type(item) is list:
+            return False
+    return True
+
+
+def _list_as_is(value: list[Any], items: Node, prune: bool) -> bool:
+    for item in value:
+        if item is None:
+            if not items.nullable and items.has_default:
+                return False
+        elif (type(item) is dict or type(item) is list) and not _as_is(
+            item, items, resource=items.embedded, prune=prune
+        ):
+            return False
+    return True
 
 
 def _list_errors(value: Any, node: Node, field: str | None) -> list[Cause]:

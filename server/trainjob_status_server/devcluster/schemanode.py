@@ -340,7 +340,11 @@ class Node:
                 if olds is not None and self.list_type == "map"
                 else None
             )
+            quick = items.quick
             for i, item in enumerate(value):
+                # An item the quick test passes has no fault, ratcheted or not.
+                if quick is not None and quick(item):
+                    continue
                 sub = f"{path}[{i}]"
                 if by_key is not None:
                     found = by_key.get(self.map_key(item), _MISSING)
