@@ -99,10 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command == "devcluster":
-        from .devcluster.standalone import run
+        from .devcluster.standalone import main as serve_devcluster
 
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(run(args.port, args.kubeconfig_out))
+        serve_devcluster(args.port, args.kubeconfig_out)
         return
     if args.command == "serve":
         raise SystemExit(_serve(args))
