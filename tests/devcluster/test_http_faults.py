@@ -3,6 +3,7 @@
 import asyncio
 
 from trainjob_status_server.devcluster import DevCluster
+from trainjob_status_server.devcluster.faults import Faults, RequestInfo
 
 from .conftest import TJ, Api
 
@@ -38,6 +39,10 @@ async def test_next_requests_fail_with_the_given_code(api: Api, devcluster: DevC
     assert code == 200
     assert devcluster.faults.count("patch", "trainjobs/status") == 3
     assert devcluster.faults.count("get", "trainjobs") == 2
+    # Counted by the media type of their body too (parameters and case aside).
+    assert devcluster.faults.count("patch", "trainjobs/status", PATCH) == 3
+    assert devcluster.faults.count("patch", content_type="application/json") == 0
+    assert devcluster.faults.count("get", "trainjobs", content_type="") == 2
     stored = devcluster.get("trainjobs", NS, "tj", "trainer.kubeflow.org")
     assert stored is not None
     assert stored["status"]["trainerStatus"]["progressPercentage"] == 1
@@ -90,3 +95,17 @@ async def test_stopping_the_cluster_ends_a_stall_at_once(api: Api, devcluster: D
     await devcluster.stop()
     assert loop.time() - started < 5
     stalled.cancel()
+
+
+def test_counts_by_media_type_ignore_parameters_and_case() -> None:
+    faults = Faults()
+    info = RequestInfo("PATCH", "/x", "patch", "trainjobs", "status", "ns", "tj")
+    faults.record(info, "Application/Apply-Patch+YAML; charset=utf-8")
+    faults.record(info, "application/merge-patch+json")
+    faults.record(RequestInfo("GET", "/y", "get", "pods", "", "ns", "p"))
+    assert faults.count("patch", "trainjobs/status", "application/apply-patch+yaml") == 1
+    assert faults.count(content_type="application/merge-patch+json") == 1
+    assert faults.count(content_type="") == 1
+    assert faults.count() == 3
+    faults.reset_counts()
+    assert faults.count(content_type="") == 0

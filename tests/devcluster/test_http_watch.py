@@ -144,6 +144,33 @@ async def test_expired_resource_version_is_an_in_stream_410(
     ]
 
 
+async def test_expiry_covers_the_current_version_and_a_relist_recovers(
+    api: Api, devcluster: DevCluster
+) -> None:
+    devcluster.create_trainjob(NS, "a")
+    current = devcluster.store.rv  # what an informer that saw every change resumes from
+    new = devcluster.expire_resource_versions()
+    assert new == current + 1
+    events = await read_events(
+        api, f"{TJ}/namespaces/{NS}/trainjobs?watch=true&resourceVersion={current}"
+    )
+    assert [(e["type"], e["object"]["code"]) for e in events] == [("ERROR", 410)]
+    # The relist answers the new version; a watch from it sees the next change only.
+    code, listed, _ = await api.call("GET", f"{TJ}/namespaces/{NS}/trainjobs")
+    assert (code, listed["metadata"]["resourceVersion"]) == (200, str(new))
+    reader = asyncio.create_task(
+        read_events(
+            api,
+            f"{TJ}/namespaces/{NS}/trainjobs?watch=true&resourceVersion={new}&timeoutSeconds=5",
+            until=1,
+        )
+    )
+    await asyncio.sleep(0.2)
+    devcluster.create_trainjob(NS, "b")
+    events = await asyncio.wait_for(reader, 5)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "b")]
+
+
 async def test_dropped_watch_ends_the_stream(api: Api, devcluster: DevCluster) -> None:
     devcluster.ensure_namespace(NS)
     reader = asyncio.create_task(

@@ -236,7 +236,9 @@ class DevCluster:
         return self.store.close_watches(qualified)
 
     def expire_resource_versions(self) -> int:
-        """Compact history: watches from any resourceVersion so far get 410 Expired."""
+        """Compact history: watches from any resourceVersion so far, the current one
+        included, get 410 Expired. Returns the new resourceVersion (one past the last
+        change; LISTs answer it), from which watches work."""
         return self.store.compact()
 
     def now(self) -> str:

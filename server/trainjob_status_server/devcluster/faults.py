@@ -97,6 +97,8 @@ class Faults:
     def __init__(self) -> None:
         self._rules: list[Fault] = []
         self.counts: Counter[tuple[str, str]] = Counter()
+        # The same requests by (verb, resource, media type of the body; "" without one).
+        self.by_media_type: Counter[tuple[str, str, str]] = Counter()
 
     def fail(
         self,
@@ -171,17 +173,33 @@ class Faults:
 
     # -- accounting ----------------------------------------------------------------------
 
-    def record(self, info: RequestInfo) -> None:
+    def record(self, info: RequestInfo, content_type: str = "") -> None:
         if info.verb:
             self.counts[(info.verb, info.resource_key)] += 1
+            media_type = content_type.partition(";")[0].strip().lower()
+            self.by_media_type[(info.verb, info.resource_key, media_type)] += 1
 
-    def count(self, verb: str | None = None, resource: str | None = None) -> int:
-        """Requests seen, by verb and/or resource (``"trainjobs/status"``); None = any."""
+    def count(
+        self,
+        verb: str | None = None,
+        resource: str | None = None,
+        content_type: str | None = None,
+    ) -> int:
+        """Requests seen, by verb, resource (``"trainjobs/status"``) and/or the media type
+        of their body (``"application/apply-patch+yaml"``; "" for none); None = any."""
+        if content_type is None:
+            return sum(
+                n
+                for (v, r), n in self.counts.items()
+                if (verb is None or v == verb) and (resource is None or r == resource)
+            )
+        wanted = content_type.lower()
         return sum(
             n
-            for (v, r), n in self.counts.items()
-            if (verb is None or v == verb) and (resource is None or r == resource)
+            for (v, r, m), n in self.by_media_type.items()
+            if (verb is None or v == verb) and (resource is None or r == resource) and m == wanted
         )
 
     def reset_counts(self) -> None:
         self.counts.clear()
+        self.by_media_type.clear()

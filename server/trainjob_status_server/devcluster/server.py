@@ -99,7 +99,7 @@ class ClusterApp:
         try:
             found = route(self.registry, request.method, request.path, request.query)
             user = self.authenticate(request)
-            self.faults.record(found.info)
+            self.faults.record(found.info, request.headers.get("Content-Type", ""))
             faults = self.faults.take(found.info)
             if faults:
                 return self._after_faults(faults, request, connection, found, user)

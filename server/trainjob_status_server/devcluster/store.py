@@ -302,8 +302,11 @@ class Store:
         return len(closing)
 
     def compact(self) -> int:
-        """Forget every event so far: a watch from any older resourceVersion gets 410."""
+        """Forget every event so far: a watch from any resourceVersion so far, the current
+        one included, gets 410. The resourceVersion moves on by one (no object changes),
+        so the LIST an informer then makes answers one it can watch from again."""
         self._history.clear()
+        self.rv += 1
         self._window_start = self.rv
         return self.rv
 
