@@ -24,43 +24,136 @@ def _encode_continue(rv: int, start: str) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def _decode_continue(token: str) -> str:
+def _decode_continue(token: str) -> tuple[int, str]:
+    """The resourceVersion a paged list is read at and the key its next page starts at
+    (rv -1: an inconsistent token, read at the current version)."""
     try:
         padded = token + "=" * (-len(token) % 4)
         data = json.loads(base64.urlsafe_b64decode(padded))
-        start = data["start"]
-        if not isinstance(start, str):
+        rv, start = data["rv"], data["start"]
+        if not isinstance(start, str) or type(rv) is not int or data.get("v") != "meta.k8s.io/v1":
             raise TypeError
-        return start
+        return rv, start
     except (binascii.Error, ValueError, KeyError, TypeError) as exc:
         raise status.bad_request("continue key is not valid: invalid continue token") from exc
 
 
 def _key(obj: Obj) -> str:
+    """Where a page starts: orders as the store lists, by namespace then name (a NUL
+    sorts before any character of either)."""
     meta = obj["metadata"]
-    return f"{meta.get('namespace', '')}/{meta['name']}\x00"
+    return f"{meta.get('namespace', '')}\x00{meta['name']}\x00"
+
+
+# The real server's words when a paged list's version has been compacted away.
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You "
+    "can start a new list without the continue parameter, or use the continue token in "
+    "this response to retrieve the remainder of the results. Continuing with the provided "
+    "token results in an inconsistent list - objects that were created, modified, or "
+    "deleted between the time the first chunk was returned and now may show up in the list."
+)
+
+
+def _list_options_error(message: str) -> ApiError:
+    cause = status.Cause("FieldValueForbidden", message, "resourceVersionMatch")
+    if message.startswith("Unsupported value"):
+        cause = status.Cause("FieldValueNotSupported", message, "resourceVersionMatch")
+    return ApiError(
+        422,
+        "Invalid",
+        f'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: {message}',
+        {"group": "meta.k8s.io", "kind": "ListOptions", "causes": [cause.to_json()]},
+    )
+
+
+def check_list_options(query: Mapping[str, str]) -> None:
+    """ListOptions validation of ``resourceVersionMatch`` (the first fault, as one cause)."""
+    match = query.get("resourceVersionMatch") or ""
+    if not match:
+        return
+    rv = query.get("resourceVersion") or ""
+    if not rv:
+        problem = "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+    elif query.get("continue"):
+        problem = "Forbidden: resourceVersionMatch is forbidden when continue is provided"
+    elif match not in ("Exact", "NotOlderThan"):
+        problem = f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan", ""'
+    elif match == "Exact" and rv == "0":
+        problem = 'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"'
+    else:
+        return
+    raise _list_options_error(problem)
+
+
+def _too_large(rv: int, current: int) -> ApiError:
+    return ApiError(
+        504,
+        "Timeout",
+        f"Too large resource version: {rv}, current: {current}",
+        {
+            "causes": [
+                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+            ],
+            "retryAfterSeconds": 1,
+        },
+        {"Retry-After": "1"},
+    )
+
+
+def _read_version(store: Store, query: Mapping[str, str]) -> tuple[int | None, str]:
+    """The resourceVersion a LIST reads at (None: the current state) and where its page
+    starts: a continue token's version, or ``resourceVersion`` with Exact; otherwise the
+    current state, which is never older than any version asked for."""
+    token = query.get("continue")
+    if token:
+        rv, start = _decode_continue(token)
+        return (None if rv < 0 else rv), start
+    text = query.get("resourceVersion") or ""
+    if text in ("", "0"):
+        return None, ""
+    try:
+        rv = int(text)
+    except ValueError as exc:
+        raise status.bad_request(f"invalid resource version: {text}") from exc
+    if rv > store.rv:
+        raise _too_large(rv, store.rv)
+    if query.get("resourceVersionMatch") == "Exact":
+        return rv, ""
+    return None, ""
 
 
 def list_objects(
     store: Store, resource: ResourceType, namespace: str | None, query: Mapping[str, str]
 ) -> Obj:
-    """A ``<Kind>List`` of the current state (no historical snapshots: see the README)."""
+    """A ``<Kind>List``: the current state, or the state at a version the event window
+    still reaches (``resourceVersionMatch=Exact``, and every page after the first of a
+    paged list, so the pages make one consistent list)."""
+    check_list_options(query)
     labels = parse_label_selector(query.get("labelSelector"))
     fields = parse_field_selector(query.get("fieldSelector"))
-    items = [
-        obj
-        for obj in store.list(resource.qualified, namespace)
-        if labels_match(labels, obj) and fields(obj)
-    ]
-    if query.get("continue"):
-        start = _decode_continue(query["continue"])
+    at, start = _read_version(store, query)
+    if at is None:
+        objs = store.list(resource.qualified, namespace)
+        at = store.rv
+    else:
+        try:
+            objs = store.list_at(resource.qualified, namespace, at)
+        except Expired as exc:
+            if not query.get("continue"):
+                raise ApiError(410, "Expired", str(exc)) from exc
+            # An inconsistent token for the rest, read at the current version.
+            inconsistent = {"continue": _encode_continue(-1, start)}
+            raise ApiError(410, "Expired", CONTINUE_EXPIRED, list_meta=inconsistent) from exc
+    items = [obj for obj in objs if labels_match(labels, obj) and fields(obj)]
+    if start:
         items = [obj for obj in items if _key(obj) >= start]
-    meta: dict[str, Any] = {"resourceVersion": str(store.rv), "continue": ""}
+    meta: dict[str, Any] = {"resourceVersion": str(at), "continue": ""}
     limit = int(query.get("limit") or 0)
     if 0 < limit < len(items):
         rest = items[limit:]
         items = items[:limit]
-        meta["continue"] = _encode_continue(store.rv, _key(rest[0]))
+        meta["continue"] = _encode_continue(at, _key(rest[0]))
         meta["remainingItemCount"] = len(rest)
     return {
         "apiVersion": resource.group_version,

@@ -32,6 +32,7 @@ class ApiError(Exception):
         message: str,
         details: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
+        list_meta: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -39,12 +40,14 @@ class ApiError(Exception):
         self.message = message
         self.details = details
         self.headers = headers or {}
+        # The Status's own metadata (a ListMeta): an expired paged list's next token.
+        self.list_meta = list_meta or {}
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": dict(self.list_meta),
             "status": "Failure",
             "message": self.message,
         }

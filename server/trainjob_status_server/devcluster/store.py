@@ -192,6 +192,30 @@ class Store:
         keys = sorted(k for k in items if namespace is None or k[0] == namespace)
         return [items[k] for k in keys]
 
+    def list_at(self, resource: str, namespace: str | None, rv: int) -> builtins.list[Obj]:
+        """The objects as they were at ``rv``: the current ones with every later change of
+        the event window undone. Expired if the window no longer reaches back to ``rv``
+        (as for a watch from it); ``rv`` must not be past the current one."""
+        if rv < self._window_start:
+            raise Expired(rv, self._window_start)
+        if rv > self.rv:
+            raise ValueError(f"resourceVersion {rv} is past the current {self.rv}")
+        items = dict(self._objects.get(resource, {}))
+        for event in reversed(self._history):
+            if event.rv <= rv:
+                break
+            if event.resource != resource:
+                continue
+            meta = event.obj["metadata"]
+            key = (meta.get("namespace", ""), meta["name"])
+            if event.type == "ADDED":
+                items.pop(key, None)
+            else:  # MODIFIED and DELETED: the object as it was before
+                assert event.old is not None
+                items[key] = event.old
+        keys = sorted(k for k in items if namespace is None or k[0] == namespace)
+        return [items[k] for k in keys]
+
     def count(self, resource: str) -> int:
         return len(self._objects.get(resource, {}))
 

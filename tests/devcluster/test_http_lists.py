@@ -1,0 +1,173 @@
+"""LIST at a resourceVersion: Exact reads of past states, paged lists that are one
+snapshot, and what the real server answers when a version is gone, in the future, or the
+options do not go together."""
+
+from typing import Any
+
+from trainjob_status_server.devcluster import DevCluster
+
+from .conftest import TJ, Api
+
+NS = "rec"
+LIST = f"{TJ}/namespaces/{NS}/trainjobs"
+
+
+def names(body: dict[str, Any]) -> list[str]:
+    return [item["metadata"]["name"] for item in body["items"]]
+
+
+async def test_exact_at_the_first_version_is_the_empty_list(api: Api) -> None:
+    # Recorded from a real API server (g_list_too_old_rv_exact): version 1 is still
+    # there, and nothing existed at it.
+    code, body, _ = await api.call("GET", f"{LIST}?resourceVersion=1&resourceVersionMatch=Exact")
+    assert (code, body) == (
+        200,
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "items": [],
+            "kind": "TrainJobList",
+            "metadata": {"continue": "", "resourceVersion": "1"},
+        },
+    )
+
+
+async def test_exact_reads_a_past_state(api: Api, devcluster: DevCluster) -> None:
+    first = devcluster.create_trainjob(NS, "a")
+    devcluster.create_trainjob(NS, "b")
+    at = devcluster.store.rv
+    devcluster.delete("trainjobs", NS, "a", "trainer.kubeflow.org")
+    devcluster.create_trainjob(NS, "c")
+    code, past, _ = await api.call("GET", f"{LIST}?resourceVersion={at}&resourceVersionMatch=Exact")
+    assert (code, names(past), past["metadata"]["resourceVersion"]) == (200, ["a", "b"], str(at))
+    assert past["items"][0] == first
+    # NotOlderThan (and no match at all) may answer anything as new: the current state.
+    for query in (
+        f"resourceVersion={at}&resourceVersionMatch=NotOlderThan",
+        f"resourceVersion={at}",
+    ):
+        code, now, _ = await api.call("GET", f"{LIST}?{query}")
+        assert (code, names(now)) == (200, ["b", "c"])
+        assert now["metadata"]["resourceVersion"] == str(devcluster.store.rv)
+
+
+async def test_exact_at_a_compacted_version_is_410(api: Api, devcluster: DevCluster) -> None:
+    devcluster.create_trainjob(NS, "a")
+    old = devcluster.store.rv
+    new = devcluster.expire_resource_versions()
+    code, body, _ = await api.call(
+        "GET", f"{LIST}?resourceVersion={old}&resourceVersionMatch=Exact"
+    )
+    assert (code, body["reason"], body["message"]) == (
+        410,
+        "Expired",
+        f"too old resource version: {old} ({new})",
+    )
+
+
+async def test_a_future_version_is_a_504_to_retry(api: Api, devcluster: DevCluster) -> None:
+    ahead = devcluster.store.rv + 5
+    code, body, response = await api.call("GET", f"{LIST}?resourceVersion={ahead}")
+    assert (code, body["reason"], response.headers["Retry-After"]) == (504, "Timeout", "1")
+    assert body["message"] == f"Too large resource version: {ahead}, current: {devcluster.store.rv}"
+    assert body["details"] == {
+        "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+        "retryAfterSeconds": 1,
+    }
+
+
+async def test_the_pages_of_a_list_are_one_snapshot(api: Api, devcluster: DevCluster) -> None:
+    for name in ("a", "b", "c", "d"):
+        devcluster.create_trainjob(NS, name)
+    code, page, _ = await api.call("GET", f"{LIST}?limit=2")
+    assert (code, names(page), page["metadata"]["remainingItemCount"]) == (200, ["a", "b"], 2)
+    at = page["metadata"]["resourceVersion"]
+    # Changes after the first page do not show in the next ones.
+    devcluster.delete("trainjobs", NS, "c", "trainer.kubeflow.org")
+    devcluster.create_trainjob(NS, "bb")
+    token = page["metadata"]["continue"]
+    code, rest, _ = await api.call("GET", f"{LIST}?limit=2&continue={token}")
+    assert (code, names(rest), rest["metadata"]) == (
+        200,
+        ["c", "d"],
+        {"resourceVersion": at, "continue": ""},
+    )
+    code, now, _ = await api.call("GET", LIST)
+    assert names(now) == ["a", "b", "bb", "d"]
+
+
+async def test_cluster_wide_pages_follow_namespace_order(api: Api, devcluster: DevCluster) -> None:
+    # "a" < "a-b" as namespaces, though "a/..." > "a-b/..." as text.
+    for namespace in ("a", "a-b"):
+        for name in ("x", "y"):
+            devcluster.create_trainjob(namespace, name)
+    seen: list[tuple[str, str]] = []
+    path = f"{TJ}/trainjobs?limit=1"
+    while True:
+        code, page, _ = await api.call("GET", path)
+        assert code == 200
+        seen += [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in page["items"]]
+        if not page["metadata"]["continue"]:
+            break
+        path = f"{TJ}/trainjobs?limit=1&continue={page['metadata']['continue']}"
+    assert seen == [("a", "x"), ("a", "y"), ("a-b", "x"), ("a-b", "y")]
+
+
+async def test_a_paged_list_whose_version_is_gone_gets_the_real_410(
+    api: Api, devcluster: DevCluster
+) -> None:
+    for name in ("a", "b", "c"):
+        devcluster.create_trainjob(NS, name)
+    _, page, _ = await api.call("GET", f"{LIST}?limit=1")
+    devcluster.expire_resource_versions()
+    devcluster.delete("trainjobs", NS, "c", "trainer.kubeflow.org")
+    code, body, _ = await api.call("GET", f"{LIST}?limit=1&continue={page['metadata']['continue']}")
+    assert (code, body["reason"]) == (410, "Expired")
+    assert body["message"] == (
+        "The provided continue parameter is too old to display a consistent list result. You "
+        "can start a new list without the continue parameter, or use the continue token in "
+        "this response to retrieve the remainder of the results. Continuing with the provided "
+        "token results in an inconsistent list - objects that were created, modified, or "
+        "deleted between the time the first chunk was returned and now may show up in the list."
+    )
+    # Its token goes on from the same place, at the current state.
+    inconsistent = body["metadata"]["continue"]
+    code, rest, _ = await api.call("GET", f"{LIST}?continue={inconsistent}")
+    assert (code, names(rest)) == (200, ["b"])
+    assert rest["metadata"]["resourceVersion"] == str(devcluster.store.rv)
+
+
+async def test_resource_version_match_needs_a_version_and_a_known_value(api: Api) -> None:
+    cases = {
+        "resourceVersionMatch=Exact": (
+            "FieldValueForbidden",
+            "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ),
+        "resourceVersion=0&resourceVersionMatch=Exact": (
+            "FieldValueForbidden",
+            'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+        ),
+        "resourceVersion=5&resourceVersionMatch=Newest": (
+            "FieldValueNotSupported",
+            'Unsupported value: "Newest": supported values: "Exact", "NotOlderThan", ""',
+        ),
+    }
+    for query, (reason, message) in cases.items():
+        code, body, _ = await api.call("GET", f"{LIST}?{query}")
+        assert (code, body["reason"]) == (422, "Invalid"), query
+        assert body["message"] == (
+            f'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: {message}'
+        )
+        assert body["details"] == {
+            "group": "meta.k8s.io",
+            "kind": "ListOptions",
+            "causes": [{"reason": reason, "message": message, "field": "resourceVersionMatch"}],
+        }
+
+
+async def test_a_continue_token_that_is_not_one_is_a_400(api: Api) -> None:
+    code, body, _ = await api.call("GET", f"{LIST}?continue=bm90LWEtdG9rZW4")
+    assert (code, body["reason"], body["message"]) == (
+        400,
+        "BadRequest",
+        "continue key is not valid: invalid continue token",
+    )
