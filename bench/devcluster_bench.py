@@ -6,8 +6,11 @@ writes come from wrk (``--load wrk``, the default: one thread, keep-alive connec
 Lua script written into the run's temporary directory that sends every write a status it
 has not had before) or from an aiohttp client in this process (``--load aiohttp``). The
 watches are aiohttp streams of this process either way. Every write is checked to have
-changed its object: the store's resourceVersion moves once per stored change. Prints
-figures; asserts nothing. Needs ``wrk`` and ``taskset``. Usage:
+changed its object: the store's resourceVersion moves once per stored change. With the
+watches open it also gives the CPU each delivered watch event adds, and at the end the
+machine's floor under that figure: the CPU of one loopback TCP send of an event's size.
+Prints figures and the ratios to the goal (2,000 writes/s with 1,000 watches open, on one
+core); asserts nothing. Needs ``wrk`` and ``taskset``. Usage:
 
     .venv/bin/python bench/devcluster_bench.py [--seconds 10] [--load wrk|aiohttp]
         [--connections 32] [--watches 1000]
@@ -23,11 +26,13 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import ssl
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -386,6 +391,52 @@ def report(label: str, m: Measured, connections: int) -> None:
     )
 
 
+# -- the machine ---------------------------------------------------------------------------
+
+
+def loopback_send_us(connections: int = 20, sends: int = 20_000, size: int = 1500) -> float:
+    """CPU microseconds one ``size``-byte send costs on a loopback TCP connection whose
+    reader is on the load CPU: the floor under every watch event the cluster writes (the
+    kernel delivers to the reader within the sender's system call)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    pairs = []
+    for _ in range(connections):
+        client = socket.create_connection(("127.0.0.1", port))
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        server, _ = listener.accept()
+        pairs.append((client, server))
+    listener.close()
+
+    def read(sock: socket.socket) -> None:
+        pin(LOAD_CPU)
+        while sock.recv(65536):
+            pass
+
+    readers = [threading.Thread(target=read, args=(s,), daemon=True) for _, s in pairs]
+    for reader in readers:
+        reader.start()
+    result: list[float] = []
+
+    def send() -> None:
+        pin(SERVER_CPU)
+        data = b"x" * size
+        started = time.thread_time()
+        for k in range(sends):
+            pairs[k % connections][0].sendall(data)
+            if k % 50 == 0:
+                time.sleep(0.0005)  # let the readers keep up, as watch clients do
+        result.append((time.thread_time() - started) / sends * 1e6)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    sender.join()
+    for client, server in pairs:
+        client.close()
+        server.close()
+    return result[0]
+
+
 # -- the run ------------------------------------------------------------------------------
 
 
@@ -402,6 +453,10 @@ async def main(args: argparse.Namespace) -> None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(10)
     print(f"load average after: {loadavg()}")
+    print(
+        f"this machine: one 1,500-byte loopback TCP send costs {loopback_send_us():.0f} us of "
+        f"CPU on CPU {SERVER_CPU} (the floor under each watch event written)"
+    )
 
 
 async def run(args: argparse.Namespace, config: dict[str, Any], pid: int, workdir: Path) -> None:
