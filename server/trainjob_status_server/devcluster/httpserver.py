@@ -139,10 +139,6 @@ class Stream:
         """Bytes written and not yet taken by the kernel."""
         return self._connection.buffered
 
-    @property
-    def lost(self) -> bool:
-        return self._connection.lost
-
 
 class Connection(asyncio.Protocol):
     """One client connection: parses requests, runs the handler, writes the answers."""
