@@ -431,8 +431,11 @@ def loopback_send_us(connections: int = 20, sends: int = 20_000, size: int = 150
     sender = threading.Thread(target=send)
     sender.start()
     sender.join()
-    for client, server in pairs:
-        client.close()
+    for client, _ in pairs:
+        client.close()  # each reader then sees the end and returns
+    for reader in readers:
+        reader.join(5)
+    for _, server in pairs:
         server.close()
     return result[0]
 
