@@ -17,20 +17,29 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from .selectors import Requirement, field_value, labels_match
 
 Obj = dict[str, Any]
 FieldPredicate = Callable[[Mapping[str, Any]], bool]
 
 
-# json.dumps with these options builds an encoder per call; one is enough. No
-# circular-reference bookkeeping: decoded JSON cannot hold a cycle.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, check_circular=False)
+# For what orjson does not take: integers beyond 64 bits. No circular-reference
+# bookkeeping: decoded JSON cannot hold a cycle.
+_ENCODER = json.JSONEncoder(
+    separators=(",", ":"), sort_keys=True, check_circular=False, ensure_ascii=False
+)
 
 
 def dumps(obj: Any) -> bytes:
-    """Compact JSON with sorted keys, as the API server marshals unstructured objects."""
-    return _ENCODER.encode(obj).encode()
+    """Compact JSON with sorted keys, as the API server marshals unstructured objects
+    (text as UTF-8, as Go writes it). orjson: a fifth of the json module's time for a
+    stored TrainJob, the largest single cost of a write's answer and of a watch event."""
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return _ENCODER.encode(obj).encode()
 
 
 # The JSON of recently committed objects that watchers were sent, by id: the answer to the
