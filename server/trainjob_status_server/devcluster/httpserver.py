@@ -136,8 +136,10 @@ class Stream:
 
     @property
     def buffered(self) -> int:
-        """Bytes written and not yet taken by the kernel."""
-        return self._connection.buffered
+        """Bytes written and not yet taken by the kernel: 0 while the transport has not
+        asked us to pause (its buffer is under its high-water mark, 64 KiB; asking it the
+        exact figure on every event costs more than the event's own framing)."""
+        return self._connection.buffered if self._connection.writing_paused else 0
 
 
 class Connection(asyncio.Protocol):
@@ -158,6 +160,8 @@ class Connection(asyncio.Protocol):
         self._stream: Stream | None = None
         self._closing = False  # no more requests: answer what is in and close
         self.lost = False
+        # The transport's buffer is over its high-water mark (pause_writing).
+        self.writing_paused = False
 
     # -- asyncio.Protocol ----------------------------------------------------------------
 
@@ -183,6 +187,12 @@ class Connection(asyncio.Protocol):
         if self._task is None and not self._ready:
             return None
         return True
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
