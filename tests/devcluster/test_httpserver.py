@@ -180,6 +180,31 @@ async def test_what_cannot_be_parsed_gets_gos_400_and_a_close(devcluster: DevClu
     assert await raw.closed()
 
 
+@pytest.mark.parametrize("keep_alive_first", [False, True])
+async def test_endless_headers_get_gos_431_and_a_close(
+    devcluster: DevCluster, keep_alive_first: bool
+) -> None:
+    raw = await Raw.open(devcluster)
+    if keep_alive_first:  # past the first request's deadline, the limit still holds
+        raw.send(request("GET", "/version", devcluster.admin_token))
+        assert (await raw.answer())[0] == 200
+    raw.send(b"GET /version HTTP/1.1\r\nHost: x\r\n")
+    line = b"X-Filler: " + b"f" * 8000 + b"\r\n"
+    answered = asyncio.create_task(raw.answer())
+    for _ in range(200):  # 1.6 MB of headers, never finished
+        if answered.done():
+            break
+        raw.send(line)
+        await raw.writer.drain()
+    code, headers, body = await answered
+    assert (code, headers["connection"], body) == (
+        431,
+        "close",
+        b"431 Request Header Fields Too Large",
+    )
+    assert await raw.closed()
+
+
 async def test_head_gets_the_length_and_no_body(devcluster: DevCluster) -> None:
     raw = await Raw.open(devcluster)
     token = devcluster.admin_token

@@ -103,6 +103,12 @@ def _head(code: int, content_type: str, headers: dict[str, str], framing: bytes)
     return b"".join(lines)
 
 
+# Go's net/http limit on a request's line and headers (http.DefaultMaxHeaderBytes), and its
+# answer beyond it.
+MAX_HEAD_BYTES = 1 << 20
+_HEAD_TOO_LARGE = Response(431, b"431 Request Header Fields Too Large", "text/plain; charset=utf-8")
+
+
 def _internal_error() -> Response:
     return Response(500, dumps(ApiError(500, "InternalError", "internal error").to_json()))
 
@@ -155,6 +161,9 @@ class Connection(asyncio.Protocol):
         self._headers: list[tuple[str, str]] = []
         self._body: list[bytes] = []
         self._body_size = 0
+        # Bytes received while a request's line and headers were still coming in.
+        self._in_head = False
+        self._head_bytes = 0
         self._ready: deque[tuple[Request, bool]] = deque()  # pipelined, not yet answered
         self._task: asyncio.Task[None] | None = None
         self._stream: Stream | None = None
@@ -173,6 +182,11 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        if self._in_head:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._refuse(_HEAD_TOO_LARGE)
+                return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError:
@@ -209,6 +223,8 @@ class Connection(asyncio.Protocol):
         self._headers = []
         self._body = []
         self._body_size = 0
+        self._in_head = True
+        self._head_bytes = 0
 
     def on_url(self, url: bytes) -> None:
         self._url.append(url)
@@ -217,6 +233,7 @@ class Connection(asyncio.Protocol):
         self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
         length = self._parser_content_length()
         if length is not None and length > self._max_body:
             self._too_large()
