@@ -256,6 +256,31 @@ async def test_connections_close_when_the_client_asks(
     assert await raw.closed()
 
 
+async def test_an_answer_after_a_watch_on_one_connection_comes_after_its_end(
+    devcluster: DevCluster,
+) -> None:
+    devcluster.create_trainjob(NS, "seq")
+    raw = await Raw.open(devcluster)
+    token = devcluster.admin_token
+    # A watch that ends by itself, and a request pipelined behind it.
+    raw.send(
+        request("GET", f"{TJ}/namespaces/{NS}/trainjobs?watch=true&timeoutSeconds=1", token)
+        + request("GET", f"{TJ}/namespaces/{NS}/trainjobs/seq", token)
+    )
+    await asyncio.sleep(0.3)
+    devcluster.create_trainjob(NS, "later")  # an event written at the end of a loop turn
+    code, _, streamed = await raw.answer()
+    events = [json.loads(line) for line in streamed.splitlines()]
+    assert code == 200
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("ADDED", "seq"),
+        ("ADDED", "later"),
+    ]
+    code, _, body = await raw.answer()
+    assert (code, json.loads(body)["metadata"]["name"]) == (200, "seq")
+    await raw.close()
+
+
 async def test_a_watch_whose_client_goes_is_unregistered_at_once(devcluster: DevCluster) -> None:
     devcluster.create_trainjob(NS, "watched")
     raw = await Raw.open(devcluster)

@@ -127,18 +127,18 @@ class Stream:
             raise RuntimeError("the answer has started")
         self.started = True
         framing = b"Transfer-Encoding: chunked\r\n"
-        self._connection.write(_head(code, content_type, headers or {}, framing))
+        self._connection.write_soon(_head(code, content_type, headers or {}, framing))
 
     def write(self, data: bytes) -> None:
         if not self.started or self.ended:
             raise RuntimeError("write outside the answer")
         if data:
-            self._connection.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self._connection.write_soon(b"%x\r\n%s\r\n" % (len(data), data))
 
     def end(self) -> None:
         if self.started and not self.ended:
             self.ended = True
-            self._connection.write(b"0\r\n\r\n")
+            self._connection.write_soon(b"0\r\n\r\n")
 
     @property
     def buffered(self) -> int:
@@ -167,6 +167,7 @@ class Connection(asyncio.Protocol):
         self._ready: deque[tuple[Request, bool]] = deque()  # pipelined, not yet answered
         self._task: asyncio.Task[None] | None = None
         self._stream: Stream | None = None
+        self._pending: list[bytes] = []  # write_soon's, in order
         self._closing = False  # no more requests: answer what is in and close
         self.lost = False
         # The transport's buffer is over its high-water mark (pause_writing).
@@ -341,8 +342,7 @@ class Connection(asyncio.Protocol):
     def _after(self, keep_alive: bool) -> None:
         if not keep_alive or (self._closing and not self._ready):
             self._closing = True
-            if self._transport is not None:
-                self._transport.close()
+            self.close()
 
     def _refuse(self, response: Response) -> None:
         """Answer a request the protocol cannot take, then close (its bytes are unread)."""
@@ -372,8 +372,26 @@ class Connection(asyncio.Protocol):
         return self._stream
 
     def write(self, data: bytes) -> None:
+        """Write now, after anything ``write_soon`` still holds."""
+        if self._pending:
+            data = b"".join(self._pending) + data
+            self._pending.clear()
         if self._transport is not None and not self.lost:
             self._transport.write(data)
+
+    def write_soon(self, data: bytes) -> None:
+        """Write at the end of this turn of the event loop, with whatever else this and
+        the other connections are given meanwhile. A write's watch events then go out in
+        one run after the write: the TLS layer stays in the CPU's caches, which on these
+        machines halves what each event costs, and events that meet on one connection
+        share a record and a send."""
+        if not self._pending:
+            self._server.flush_soon(self)
+        self._pending.append(data)
+
+    def flush(self) -> None:
+        if self._pending:
+            self.write(b"")
 
     @property
     def buffered(self) -> int:
@@ -385,6 +403,8 @@ class Connection(asyncio.Protocol):
         return self._task
 
     def close(self) -> None:
+        """Close once what is written has gone out (write_soon's included)."""
+        self.flush()
         if self._transport is not None:
             self._transport.close()
 
@@ -423,6 +443,17 @@ class HttpServer:
         self.backlog = backlog
         self.connections: set[Connection] = set()
         self._server: asyncio.Server | None = None
+        self._unflushed: list[Connection] = []  # connections holding write_soon's
+
+    def flush_soon(self, connection: Connection) -> None:
+        if not self._unflushed:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._unflushed.append(connection)
+
+    def _flush(self) -> None:
+        unflushed, self._unflushed = self._unflushed, []
+        for connection in unflushed:
+            connection.flush()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
