@@ -211,8 +211,9 @@ async def serve_watch(
 ) -> None:
     """Stream newline-delimited watch events until the timeout, a drop, or the client goes.
 
-    Events are written as they are committed, by the store's call, with nothing queued
-    in between; this coroutine only starts the stream, sends bookmarks and ends it.
+    Events reach the stream as they are committed, by the store's call (the stream sends
+    them at the end of that turn of the event loop); this coroutine only starts the
+    stream, sends bookmarks and ends it.
     ``encode`` rewrites each event line (e.g. into a Table row for ``kubectl get -w``)."""
     query = request.query
     check_watch_options(query)
