@@ -78,6 +78,23 @@ def request(method: str, path: str, token: str, body: bytes = b"", **headers: st
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
+def status_patch_head(cluster: DevCluster, name: str, framing: str) -> bytes:
+    """The line and headers of a merge patch to a TrainJob's status; ``framing`` is the
+    Content-Length or Transfer-Encoding header."""
+    return (
+        f"PATCH {TJ}/namespaces/{NS}/trainjobs/{name}/status HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {cluster.admin_token}\r\n"
+        f"Content-Type: application/merge-patch+json\r\n{framing}\r\n\r\n"
+    ).encode()
+
+
+def chunks(*pieces: bytes) -> bytes:
+    """``pieces`` in chunked framing; none at all: the last chunk, which ends a body."""
+    if not pieces:
+        return b"0\r\n\r\n"
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces)
+
+
 def merge_patch(progress: int) -> bytes:
     status = {
         "trainerStatus": {"progressPercentage": progress, "lastUpdatedTime": "2026-12-03T10:00:00Z"}
@@ -117,13 +134,8 @@ async def test_pipelined_requests_are_answered_in_order(devcluster: DevCluster) 
 async def test_a_body_over_the_limit_is_refused_before_it_is_read(devcluster: DevCluster) -> None:
     created = devcluster.create_trainjob(NS, "big")
     raw = await Raw.open(devcluster)
-    head = (
-        f"PATCH {TJ}/namespaces/{NS}/trainjobs/big/status HTTP/1.1\r\nHost: x\r\n"
-        f"Authorization: Bearer {devcluster.admin_token}\r\n"
-        "Content-Type: application/merge-patch+json\r\n"
-        f"Content-Length: {LIMIT + 1}\r\n\r\n"
-    )
-    raw.send(head.encode())  # no body follows: the answer must not wait for it
+    # No body follows: the answer must not wait for it.
+    raw.send(status_patch_head(devcluster, "big", f"Content-Length: {LIMIT + 1}"))
     code, headers, body = await raw.answer()
     assert (code, headers["connection"]) == (413, "close")
     assert json.loads(body) == {
@@ -143,13 +155,9 @@ async def test_a_body_over_the_limit_is_refused_before_it_is_read(devcluster: De
 async def test_a_chunked_body_over_the_limit_is_refused(devcluster: DevCluster) -> None:
     created = devcluster.create_trainjob(NS, "chunked")
     raw = await Raw.open(devcluster)
-    head = (
-        f"PATCH {TJ}/namespaces/{NS}/trainjobs/chunked/status HTTP/1.1\r\nHost: x\r\n"
-        f"Authorization: Bearer {devcluster.admin_token}\r\n"
-        "Content-Type: application/merge-patch+json\r\nTransfer-Encoding: chunked\r\n\r\n"
-    )
+    head = status_patch_head(devcluster, "chunked", "Transfer-Encoding: chunked")
     chunk = b"x" * (1024 * 1024)
-    raw.send(head.encode() + b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(4)))
+    raw.send(head + chunks(*[chunk] * 4))
     code, _, body = await raw.answer()
     assert (code, json.loads(body)["reason"]) == (413, "RequestEntityTooLarge")
     assert devcluster.get("trainjobs", NS, "chunked", "trainer.kubeflow.org") == created
@@ -159,13 +167,8 @@ async def test_a_chunked_body_within_the_limit_is_read_whole(devcluster: DevClus
     devcluster.create_trainjob(NS, "pieces")
     raw = await Raw.open(devcluster)
     body = merge_patch(42)
-    head = (
-        f"PATCH {TJ}/namespaces/{NS}/trainjobs/pieces/status HTTP/1.1\r\nHost: x\r\n"
-        f"Authorization: Bearer {devcluster.admin_token}\r\n"
-        "Content-Type: application/merge-patch+json\r\nTransfer-Encoding: chunked\r\n\r\n"
-    )
-    pieces = [body[:10], body[10:]]
-    raw.send(head.encode() + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n")
+    head = status_patch_head(devcluster, "pieces", "Transfer-Encoding: chunked")
+    raw.send(head + chunks(body[:10], body[10:]) + chunks())  # the last: the end
     code, _, answer = await raw.answer()
     assert code == 200
     assert json.loads(answer)["status"]["trainerStatus"]["progressPercentage"] == 42
@@ -223,16 +226,8 @@ async def test_expect_100_continue_is_honoured(devcluster: DevCluster) -> None:
     devcluster.create_trainjob(NS, "expect")
     raw = await Raw.open(devcluster)
     body = merge_patch(3)
-    path = f"{TJ}/namespaces/{NS}/trainjobs/expect/status"
-    raw.send(
-        request(
-            "PATCH",
-            path,
-            devcluster.admin_token,
-            Content_Type="application/merge-patch+json",
-            Expect="100-continue",
-        ).replace(b"Content-Length: 0", f"Content-Length: {len(body)}".encode())
-    )
+    framing = f"Content-Length: {len(body)}\r\nExpect: 100-continue"
+    raw.send(status_patch_head(devcluster, "expect", framing))  # the body waits for the 100
     interim = await asyncio.wait_for(raw.reader.readuntil(b"\r\n\r\n"), 5)
     assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
     raw.send(body)

@@ -55,10 +55,13 @@ CONTINUE_EXPIRED = (
 )
 
 
-def _list_options_error(message: str) -> ApiError:
-    cause = status.Cause("FieldValueForbidden", message, "resourceVersionMatch")
-    if message.startswith("Unsupported value"):
-        cause = status.Cause("FieldValueNotSupported", message, "resourceVersionMatch")
+_FORBIDDEN, _NOT_SUPPORTED = "FieldValueForbidden", "FieldValueNotSupported"
+
+
+def _list_options_error(reason: str, message: str) -> ApiError:
+    """The API server's 422 for ListOptions whose ``resourceVersionMatch`` does not go
+    with the rest (one cause)."""
+    cause = status.Cause(reason, message, "resourceVersionMatch")
     return ApiError(
         422,
         "Invalid",
@@ -74,16 +77,19 @@ def check_list_options(query: Mapping[str, str]) -> None:
         return
     rv = query.get("resourceVersion") or ""
     if not rv:
-        problem = "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+        problem = "resourceVersionMatch is forbidden unless resourceVersion is provided"
     elif query.get("continue"):
-        problem = "Forbidden: resourceVersionMatch is forbidden when continue is provided"
+        problem = "resourceVersionMatch is forbidden when continue is provided"
     elif match not in ("Exact", "NotOlderThan"):
-        problem = f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan", ""'
+        raise _list_options_error(
+            _NOT_SUPPORTED,
+            f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan", ""',
+        )
     elif match == "Exact" and rv == "0":
-        problem = 'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"'
+        problem = 'resourceVersionMatch "exact" is forbidden for resourceVersion "0"'
     else:
         return
-    raise _list_options_error(problem)
+    raise _list_options_error(_FORBIDDEN, f"Forbidden: {problem}")
 
 
 def _too_large(rv: int, current: int) -> ApiError:
@@ -181,16 +187,9 @@ def check_watch_options(query: Mapping[str, str]) -> None:
         query_flag(query, "sendInitialEvents")
         and query.get("resourceVersionMatch") != "NotOlderThan"
     ):
-        cause = status.Cause(
-            "FieldValueForbidden",
+        raise _list_options_error(
+            _FORBIDDEN,
             "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-            "resourceVersionMatch",
-        )
-        raise ApiError(
-            422,
-            "Invalid",
-            f'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: {cause.message}',
-            {"group": "meta.k8s.io", "kind": "ListOptions", "causes": [cause.to_json()]},
         )
 
 
