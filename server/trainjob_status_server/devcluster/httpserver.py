@@ -198,11 +198,10 @@ class Connection(asyncio.Protocol):
                 self._refuse(Response(400, b"400 Bad Request", "text/plain; charset=utf-8"))
 
     def eof_received(self) -> bool | None:
-        # A client that half-closes has sent its last request; answer it, then close.
+        # The client is done sending: the connection closes (TLS cannot stay half open,
+        # and HTTP clients do not half-close to wait for an answer).
         self._closing = True
-        if self._task is None and not self._ready:
-            return None
-        return True
+        return None
 
     def pause_writing(self) -> None:
         self.writing_paused = True
