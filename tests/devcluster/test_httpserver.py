@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from trainjob_status_server.devcluster import DevCluster
+from trainjob_status_server.devcluster import DevCluster, httpserver
 
 from .conftest import TJ
 
@@ -330,3 +330,16 @@ async def test_stopping_closes_idle_keep_alive_connections(devcluster: DevCluste
     assert (await raw.answer())[0] == 200
     await devcluster.stop()
     assert await raw.closed()
+
+
+def test_query_strings_are_parsed_once_and_shared_read_only() -> None:
+    raw = b"a=1&b=&a=2&c=%2F+x"
+    parsed = httpserver.parse_query(raw)
+    assert list(parsed.items()) == [("a", "1"), ("b", ""), ("a", "2"), ("c", "/ x")]
+    assert parsed["a"] == "1"
+    assert parsed.getall("a") == ["1", "2"]
+    assert httpserver.parse_query(raw) is parsed
+    assert not hasattr(parsed, "add")  # a proxy: no request can change another's query
+    for i in range(httpserver._QUERIES_LIMIT + 5):
+        assert httpserver.parse_query(b"n=%d" % i)["n"] == str(i)
+    assert len(httpserver._QUERIES) == httpserver._QUERIES_LIMIT

@@ -2,7 +2,12 @@ import json
 
 import pytest
 
-from trainjob_status_server.devcluster.selectors import parse_field_selector, parse_label_selector
+from trainjob_status_server.devcluster.selectors import (
+    parse_field_selector,
+    parse_label_selector,
+    pinned_value,
+    sole_value,
+)
 from trainjob_status_server.devcluster.store import Expired, Store
 
 
@@ -68,3 +73,45 @@ def test_a_closed_watcher_gets_nothing_more_and_is_gone_once_unwatched() -> None
     assert store.watchers("pods") == [watcher]
     store.unwatch(watcher)
     assert store.watchers("pods") == []
+
+
+def test_watchers_pinned_to_a_name_see_only_that_objects_events() -> None:
+    """A name alone is taken as is; a name with a label or another field term still
+    filters on them (a MODIFIED event that leaves the selection is a DELETED)."""
+    store = Store()
+    seen: dict[str, list[bytes]] = {"name": [], "name+label": [], "name+field": [], "all": []}
+
+    def watch(key: str, labels: str | None, fields: str) -> None:
+        store.watch(
+            "pods",
+            "ns",
+            parse_label_selector(labels),
+            parse_field_selector(fields),
+            seen[key].append,
+            name=pinned_value(fields, "metadata.name"),
+            selector=(labels or "", fields),
+            name_only=sole_value(fields, "metadata.name") is not None,
+        )
+
+    watch("name", None, "metadata.name=a")
+    watch("name+label", "app=x", "metadata.name=a")
+    watch("name+field", None, "metadata.name=a,metadata.namespace=other")
+    store.watch("pods", "ns", [], parse_field_selector(None), seen["all"].append)
+    a = store.create("pods", new("a", {"app": "x"}))
+    store.create("pods", new("b", {"app": "x"}))
+    store.create("pods", new("a", {"app": "x"}, ns="elsewhere"))
+    a = store.update("pods", new("a", {"app": "y"}), a)
+    store.delete("pods", "ns", "a")
+
+    def summary(key: str) -> list[tuple[str, str, str]]:
+        events = [json.loads(line) for line in seen[key]]
+        return [
+            (e["type"], e["object"]["metadata"]["name"], e["object"]["metadata"]["labels"]["app"])
+            for e in events
+        ]
+
+    assert summary("name") == [("ADDED", "a", "x"), ("MODIFIED", "a", "y"), ("DELETED", "a", "y")]
+    assert summary("name+label") == [("ADDED", "a", "x"), ("DELETED", "a", "y")]
+    assert summary("name+field") == []
+    assert [t for t, _, _ in summary("all")] == ["ADDED", "ADDED", "MODIFIED", "DELETED"]
+    assert sorted(w.name_only for w in store.watchers("pods")) == [False, False, False, True]

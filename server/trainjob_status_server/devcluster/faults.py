@@ -13,6 +13,9 @@ from typing import Any
 
 from .status import ApiError
 
+# A Content-Type header's media type (no parameters, lower case), by the header's text.
+_MEDIA_TYPES: dict[str, str] = {}
+
 
 @dataclass(frozen=True)
 class RequestInfo:
@@ -175,9 +178,14 @@ class Faults:
 
     def record(self, info: RequestInfo, content_type: str = "") -> None:
         if info.verb:
-            self.counts[(info.verb, info.resource_key)] += 1
-            media_type = content_type.partition(";")[0].strip().lower()
-            self.by_media_type[(info.verb, info.resource_key, media_type)] += 1
+            resource = info.resource_key
+            self.counts[(info.verb, resource)] += 1
+            media_type = _MEDIA_TYPES.get(content_type)
+            if media_type is None:
+                media_type = content_type.partition(";")[0].strip().lower()
+                if len(_MEDIA_TYPES) < 256:
+                    _MEDIA_TYPES[content_type] = media_type
+            self.by_media_type[(info.verb, resource, media_type)] += 1
 
     def count(
         self,

@@ -109,6 +109,25 @@ MAX_HEAD_BYTES = 1 << 20
 _HEAD_TOO_LARGE = Response(431, b"431 Request Header Fields Too Large", "text/plain; charset=utf-8")
 
 
+# Parsed query strings by their raw bytes: clients repeat a handful of them
+# (``fieldManager=...&force=true`` on every status write), and a proxy is read-only, so
+# requests can share one. Bounded: the oldest entry goes when it is full.
+_QUERIES: dict[bytes, MultiDictProxy[str]] = {}
+_QUERIES_LIMIT = 1024
+
+
+def parse_query(raw: bytes) -> MultiDictProxy[str]:
+    """The parameters of a raw query string, blank values kept, in order."""
+    found = _QUERIES.get(raw)
+    if found is None:
+        pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+        found = MultiDictProxy(MultiDict(pairs))
+        if len(_QUERIES) >= _QUERIES_LIMIT:
+            del _QUERIES[next(iter(_QUERIES))]
+        _QUERIES[raw] = found
+    return found
+
+
 def _internal_error() -> Response:
     return Response(500, dumps(ApiError(500, "InternalError", "internal error").to_json()))
 
@@ -256,11 +275,10 @@ class Connection(asyncio.Protocol):
             return
         url = b"".join(self._url)
         raw_path, _, raw_query = url.partition(b"?")
-        query = MultiDict(parse_qsl(raw_query.decode("latin-1"), keep_blank_values=True))
         request = Request(
             method=self._parser.get_method().decode("ascii"),
             path=unquote(raw_path.decode("latin-1")),
-            query=MultiDictProxy(query),
+            query=parse_query(raw_query),
             headers=CIMultiDictProxy(CIMultiDict(self._headers)),
             body=b"".join(self._body),
             scheme=self._scheme,

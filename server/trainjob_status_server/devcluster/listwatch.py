@@ -14,7 +14,13 @@ from . import status
 from .httpserver import Request, Stream
 from .resources import ResourceType
 from .routing import query_flag
-from .selectors import labels_match, parse_field_selector, parse_label_selector, pinned_value
+from .selectors import (
+    labels_match,
+    parse_field_selector,
+    parse_label_selector,
+    pinned_value,
+    sole_value,
+)
 from .status import ApiError
 from .store import Expired, Obj, Store, Watcher, dumps
 
@@ -238,10 +244,19 @@ async def serve_watch(
     # From here to the stream's start nothing awaits, so no event is committed between the
     # watcher's registration and the current state it starts from: every later event
     # reaches the client once, none twice.
-    name = pinned_value(query.get("fieldSelector"), "metadata.name")
-    selector = (query.get("labelSelector") or "", query.get("fieldSelector") or "")
+    field_selector = query.get("fieldSelector")
+    name = pinned_value(field_selector, "metadata.name")
+    name_only = name is not None and sole_value(field_selector, "metadata.name") == name
+    selector = (query.get("labelSelector") or "", field_selector or "")
     watcher = store.watch(
-        resource.qualified, namespace, labels, fields, send, name=name, selector=selector
+        resource.qualified,
+        namespace,
+        labels,
+        fields,
+        send,
+        name=name,
+        selector=selector,
+        name_only=name_only,
     )
     try:
         stream.start(200, "application/json")

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from .selectors import Requirement, field_value, labels_match
+from .selectors import Requirement, labels_match
 
 Obj = dict[str, Any]
 FieldPredicate = Callable[[Mapping[str, Any]], bool]
@@ -106,6 +106,7 @@ class Watcher:
         sink: Sink,
         name: str | None = None,
         selector: Hashable | None = None,
+        name_only: bool = False,
     ) -> None:
         self.resource = resource
         self.namespace = namespace
@@ -114,6 +115,9 @@ class Watcher:
         self.sink = sink
         # The metadata.name the field selector requires, if it requires one.
         self.name = name
+        # Whether that name is the whole selection (no other field, no label): the
+        # store offers such a watcher only its object's events, and it takes each as is.
+        self.name_only = name_only and name is not None and not labels
         # What ``labels`` and ``fields`` were parsed from (None: unknown): watchers of a
         # namespace with equal selectors see every event the same way, so the first of
         # them to be offered an event finds the type they all see.
@@ -150,7 +154,9 @@ class Watcher:
     def offer(self, event: Event) -> None:
         if self.closed or event.resource != self.resource:
             return
-        if self.selector is None:
+        if self.name_only:
+            event_type: str | None = event.type
+        elif self.selector is None:
             event_type = self.event_type(event)
         elif self.selector in event.verdicts:
             event_type = event.verdicts[self.selector]
@@ -237,18 +243,22 @@ class Store:
         if len(self._history) == self._history.maxlen and self._history:
             self._window_start = self._history[0].rv
         self._history.append(event)
-        namespace = obj["metadata"].get("namespace", "")
-        names = set()
-        if self._named:
-            names.add(field_value(obj, "metadata.name"))
-            if old is not None:
-                names.add(field_value(old, "metadata.name"))
+        meta = obj["metadata"]
+        namespace = meta.get("namespace", "")
+        # Names never change (a DELETED event's object is the old one's copy), so the
+        # watchers of one name are the only named ones an event can concern.
+        name = meta["name"]
+        assert old is None or old["metadata"]["name"] == name
         for key in ((resource, namespace), (resource, None)):
-            for watcher in list(self._watchers.get(key, ())):
-                watcher.offer(event)
-            for name in names:
-                for watcher in list(self._named.get((*key, name), ())):
+            group = self._watchers.get(key)
+            if group:
+                for watcher in tuple(group):
                     watcher.offer(event)
+            if self._named:
+                group = self._named.get((*key, name))
+                if group:
+                    for watcher in tuple(group):
+                        watcher.offer(event)
         return event
 
     def create(self, resource: str, obj: Obj) -> Obj:
@@ -296,12 +306,14 @@ class Store:
         *,
         name: str | None = None,
         selector: Hashable | None = None,
+        name_only: bool = False,
     ) -> Watcher:
         """A new watcher that gives ``sink`` the line of every event it selects, committed
         from now on; ``name``: the metadata.name ``fields`` requires, if any (it is then
         only offered that object's events, which are the only ones it can select);
-        ``selector``: what ``labels`` and ``fields`` were parsed from, if known."""
-        watcher = Watcher(resource, namespace, labels, fields, sink, name, selector)
+        ``selector``: what ``labels`` and ``fields`` were parsed from, if known;
+        ``name_only``: ``fields`` requires ``name`` and nothing else."""
+        watcher = Watcher(resource, namespace, labels, fields, sink, name, selector, name_only)
         self._index(watcher).setdefault(self._key(watcher), set()).add(watcher)
         return watcher
 

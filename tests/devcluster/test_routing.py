@@ -1,0 +1,59 @@
+from multidict import MultiDict, MultiDictProxy
+
+from trainjob_status_server.devcluster import routing
+from trainjob_status_server.devcluster.faults import RequestInfo
+from trainjob_status_server.devcluster.resources import default_resources
+from trainjob_status_server.devcluster.routing import Registry, route
+
+TJ = "/apis/trainer.kubeflow.org/v1alpha1"
+
+
+def query(**params: str) -> MultiDictProxy[str]:
+    return MultiDictProxy(MultiDict(params))
+
+
+def test_resource_paths_resolve_to_request_info() -> None:
+    registry = Registry(default_resources())
+    found = route(registry, "PATCH", f"{TJ}/namespaces/ns/trainjobs/job/status", query())
+    assert found.resource is not None
+    assert found.resource.plural == "trainjobs"
+    assert found.info == RequestInfo(
+        "PATCH",
+        f"{TJ}/namespaces/ns/trainjobs/job/status",
+        "patch",
+        "trainjobs",
+        "status",
+        "ns",
+        "job",
+    )
+    pods = route(registry, "GET", "/api/v1/pods", query())
+    assert (pods.info.verb, pods.info.resource, pods.info.namespace) == ("list", "pods", "")
+    unknown = route(registry, "GET", f"{TJ}/namespaces/ns/trainjobs/job/logs", query())
+    assert unknown.resource is None
+    assert unknown.info.verb == ""
+    assert route(registry, "GET", "/healthz", query()).resource is None
+
+
+def test_the_same_path_is_a_list_or_a_watch_by_its_query() -> None:
+    registry = Registry(default_resources())
+    path = "/api/v1/namespaces/ns/pods"
+    for _ in range(2):  # the second round is answered from the registry's routes
+        assert route(registry, "GET", path, query()).info.verb == "list"
+        assert route(registry, "GET", path, query(watch="true")).info.verb == "watch"
+        assert route(registry, "GET", path, query(watch="false")).info.verb == "list"
+        assert route(registry, "DELETE", path, query(watch="true")).info.verb == "deletecollection"
+    assert route(registry, "GET", path, query(watch="1")) is route(
+        registry, "GET", path, query(watch="true")
+    )
+
+
+def test_remembered_routes_are_bounded() -> None:
+    registry = Registry(default_resources())
+    for i in range(routing.ROUTES_LIMIT + 10):
+        found = route(registry, "GET", f"/api/v1/namespaces/ns/pods/p{i}", query())
+        assert found.info.name == f"p{i}"
+    assert len(registry.routes) == routing.ROUTES_LIMIT
+    # The oldest went first; the newest is still there.
+    assert ("GET", "/api/v1/namespaces/ns/pods/p0", False) not in registry.routes
+    last = f"/api/v1/namespaces/ns/pods/p{routing.ROUTES_LIMIT + 9}"
+    assert ("GET", last, False) in registry.routes
