@@ -590,4 +590,7 @@ if __name__ == "__main__":
         "--connections", "--writers", type=int, default=32, help="keep-alive write connections"
     )
     parser.add_argument("--watches", type=int, default=1000)
-    asyncio.run(main(parser.parse_args()))
+    arguments = parser.parse_args()
+    if arguments.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    asyncio.run(main(arguments))
