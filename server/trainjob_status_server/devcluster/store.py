@@ -82,10 +82,11 @@ class Event:
     Once the store has committed its ``hot_events`` newer ones, an event is folded: it
     keeps the JSON of its object and of the object before it instead of their dicts,
     and decodes them when asked (a watch resuming from far back, a LIST at a past
-    version), with keys in JSON order. The window then holds bytes rather than dict
-    trees: each write frees the oldest event, and memory freed from a small window is
-    still in the CPU's caches when the next write's objects take it (on these machines a
-    write with 1,000 watches open costs about 5% less CPU).
+    version), with keys in JSON order. The window then holds one string per object
+    rather than a tree of about a hundred small objects, and the write that pushes the
+    oldest event out frees that string instead of walking the tree through memory long
+    out of the CPU's caches: on these machines a write with 1,000 watches open costs
+    about 5% less CPU, and a full window of TrainJob writes takes a third less memory.
     """
 
     __slots__ = (
