@@ -133,6 +133,46 @@ def test_admits_as_is_says_no_to_each_thing_prune_or_defaults_would_do() -> None
     assert not compiled.admits_as_is({**obj, "extra": 1})
 
 
+def test_admits_as_is_over_a_stored_object_walks_only_what_is_not_its_own() -> None:
+    """With the stored object, its very own top-level values are taken as admitted; the
+    verdict is that of the whole walk whenever the stored object is as it is."""
+    rng = random.Random(12)
+    compared = 0
+    for i in range(3000):
+        compiled, t = CASES[i % 2]
+        stored, other = value_for(t, rng, odd=0.05), value_for(t, rng, odd=0.05)
+        if not isinstance(stored, dict) or not isinstance(other, dict):
+            continue
+        if not compiled.admits_as_is(stored):
+            continue
+        # Each top-level value from the stored object itself or from another object.
+        obj = {k: stored[k] if k in stored and rng.random() < 0.5 else v for k, v in other.items()}
+        for k in rng.sample(sorted(stored), k=len(stored) // 2):
+            obj.setdefault(k, stored[k])
+        assert compiled.admits_as_is(obj, stored) == compiled.admits_as_is(obj), obj
+        compared += 1
+    assert compared > 300, compared
+
+
+def test_admits_as_is_over_a_stored_object_still_checks_the_rest() -> None:
+    compiled, _t = CASES[1]
+    spec = {
+        "runtimeRef": {"name": "rt", "apiGroup": "a", "kind": "k"},
+        "managedBy": "trainer.kubeflow.org/trainjob-controller",
+        "suspend": False,
+    }
+    status = {"trainerStatus": {"progressPercentage": 5, "lastUpdatedTime": "x"}}
+    stored = {"metadata": {"name": "a"}, "spec": spec, "status": status}
+    assert compiled.admits_as_is(stored)
+    fresh = {"trainerStatus": {"progressPercentage": 6, "lastUpdatedTime": "y"}}
+    assert compiled.admits_as_is({**stored, "status": fresh}, stored)
+    unknown = {"trainerStatus": {**fresh["trainerStatus"], "bogus": 1}}
+    assert not compiled.admits_as_is({**stored, "status": unknown}, stored)
+    assert not compiled.admits_as_is({**stored, "extra": 1}, stored)
+    # An equal spec that is not the stored one's own is walked: a null in it is seen.
+    assert not compiled.admits_as_is({**stored, "spec": {**spec, "suspend": None}}, stored)
+
+
 def test_an_object_quick_check_passes_only_what_check_finds_nothing_in() -> None:
     node = Node(
         {

@@ -104,7 +104,7 @@ class ResourceApi:
         schema = self.schema(resource)
         if schema is not None:
             unknown: list[str] = []
-            if not schema.admits_as_is(obj):
+            if not schema.admits_as_is(obj, old):
                 obj = _private_copy(call, obj)
                 unknown = schema.prune(obj)
                 schema.apply_defaults(obj)

@@ -21,7 +21,7 @@ unchanged values, while rules that do read ``oldSelf`` run only where an old val
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import celpy
@@ -43,6 +43,9 @@ NOT_CHECKED = Cause(
 # Fields of a resource (the root, or an x-kubernetes-embedded-resource) that the schema
 # does not describe but that are never pruned.
 _META_FIELDS = frozenset({"apiVersion", "kind", "metadata"})
+
+
+_ABSENT = object()
 
 
 def _child(field: str | None, name: str) -> str:
@@ -89,7 +92,7 @@ class StructuralSchema:
 
     # -- both, without changing the object ---------------------------------------------
 
-    def admits_as_is(self, obj: dict[str, Any]) -> bool:
+    def admits_as_is(self, obj: dict[str, Any], stored: dict[str, Any] | None = None) -> bool:
         """Whether ``prune`` and ``apply_defaults`` would change nothing in ``obj``: no
         unknown field to drop, no null to drop or default, no default missing. Then a
         write can store ``obj`` without a copy to prune and default in place: its parts
@@ -98,8 +101,20 @@ class StructuralSchema:
         Exact whatever ``obj`` shares (YAML aliases): the in-place walks change nothing
         as long as every visit sees what it would see first, which is the case when no
         visit changes anything, and this walk makes the same visits to the same values.
+
+        ``stored``: an object stored before, which was pruned and defaulted then (every
+        stored object of a resource with a schema was); a top-level field of ``obj`` that
+        is that object's very own (a status write's spec) is not walked again.
         """
-        return _as_is(obj, self._root, resource=True, prune=True)
+        if stored is None:
+            return _as_is(obj, self._root, resource=True, prune=True)
+        root = self._root
+        if not root.properties and root.additional is None:
+            return _as_is(obj, root, resource=True, prune=True)
+        if any(key not in obj for key, _prop in root.defaulted):
+            return False
+        rest = [(k, v) for k, v in obj.items() if v is not stored.get(k, _ABSENT)]
+        return _items_as_is(rest, root, True, True)
 
     # -- validation -------------------------------------------------------------------
 
@@ -221,7 +236,13 @@ def _map_as_is(value: dict[str, Any], node: Node, resource: bool, prune: bool) -
     for key, _prop in node.defaulted:
         if key not in value:
             return False
-    for key, item in value.items():
+    return _items_as_is(value.items(), node, resource, prune)
+
+
+def _items_as_is(items: Iterable[tuple[str, Any]], node: Node, resource: bool, prune: bool) -> bool:
+    """_map_as_is for these members of a map whose defaults are all there."""
+    props, extra = node.properties, node.additional
+    for key, item in items:
         prop = props.get(key) or extra
         prunes_below = prune and not (resource and key in _META_FIELDS)
         if prop is None:
