@@ -112,14 +112,19 @@ def containers(value: Any) -> int:
     return len(walk(value))
 
 
-def test_admits_as_is_says_no_to_each_thing_prune_or_defaults_would_do() -> None:
-    compiled, _t = CASES[1]
+def admitted_parts() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A TrainJob spec and status that pruning and defaulting leave as they are."""
     spec = {
         "runtimeRef": {"name": "rt", "apiGroup": "a", "kind": "k"},
         "managedBy": "trainer.kubeflow.org/trainjob-controller",
         "suspend": False,
     }
-    status = {"trainerStatus": {"progressPercentage": 5, "lastUpdatedTime": "x"}}
+    return spec, {"trainerStatus": {"progressPercentage": 5, "lastUpdatedTime": "x"}}
+
+
+def test_admits_as_is_says_no_to_each_thing_prune_or_defaults_would_do() -> None:
+    compiled, _t = CASES[1]
+    spec, status = admitted_parts()
     obj = {"metadata": {"name": "a", "anything": {"x": 1}}, "spec": spec, "status": status}
     assert compiled.admits_as_is(obj)
     assert not compiled.admits_as_is({**obj, "spec": {**spec, "suspend": None}})
@@ -156,12 +161,7 @@ def test_admits_as_is_over_a_stored_object_walks_only_what_is_not_its_own() -> N
 
 def test_admits_as_is_over_a_stored_object_still_checks_the_rest() -> None:
     compiled, _t = CASES[1]
-    spec = {
-        "runtimeRef": {"name": "rt", "apiGroup": "a", "kind": "k"},
-        "managedBy": "trainer.kubeflow.org/trainjob-controller",
-        "suspend": False,
-    }
-    status = {"trainerStatus": {"progressPercentage": 5, "lastUpdatedTime": "x"}}
+    spec, status = admitted_parts()
     stored = {"metadata": {"name": "a"}, "spec": spec, "status": status}
     assert compiled.admits_as_is(stored)
     fresh = {"trainerStatus": {"progressPercentage": 6, "lastUpdatedTime": "y"}}

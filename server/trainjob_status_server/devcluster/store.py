@@ -322,12 +322,15 @@ class Store:
         if rv > self.rv:
             raise ValueError(f"resourceVersion {rv} is past the current {self.rv}")
         items = dict(self._objects.get(resource, {}))
-        # The first change of each object after ``rv`` says what it was at ``rv``.
-        undone: set[tuple[str, str]] = set()
-        for event in self._history:
-            if event.rv <= rv or event.resource != resource or event.key in undone:
-                continue
-            undone.add(event.key)
+        # The first change of each object after ``rv`` says what it was at ``rv``: walking
+        # back, the last one seen of each object.
+        first: dict[tuple[str, str], Event] = {}
+        for event in reversed(self._history):
+            if event.rv <= rv:
+                break
+            if event.resource == resource:
+                first[event.key] = event
+        for event in first.values():
             if event.type == "ADDED":
                 items.pop(event.key, None)
             else:  # MODIFIED and DELETED: the object as it was before
