@@ -10,6 +10,7 @@ from .conftest import TJ, Api
 
 NS = "rec"
 LIST = f"{TJ}/namespaces/{NS}/trainjobs"
+GROUP = "trainer.kubeflow.org"
 
 
 def names(body: dict[str, Any]) -> list[str]:
@@ -171,3 +172,41 @@ async def test_a_continue_token_that_is_not_one_is_a_400(api: Api) -> None:
         "BadRequest",
         "continue key is not valid: invalid continue token",
     )
+
+
+async def test_a_name_pinned_list_finds_its_object_and_nothing_else(
+    api: Api, devcluster: DevCluster
+) -> None:
+    for ns in (NS, "other"):
+        for name in ("b", "a", "c"):
+            devcluster.create_trainjob(ns, name)
+    at = devcluster.store.rv
+    devcluster.delete("trainjobs", NS, "b", GROUP)
+    cases = [
+        (f"{LIST}?fieldSelector=metadata.name%3Da", [(NS, "a")]),
+        (f"{LIST}?fieldSelector=metadata.name%3D%3Da", [(NS, "a")]),
+        (f"{LIST}?fieldSelector=metadata.name%3Db", []),
+        (f"{LIST}?fieldSelector=metadata.name%3Dnone", []),
+        (f"{LIST}?fieldSelector=metadata.name%3Da,metadata.name%3Dc", []),
+        (f"{LIST}?fieldSelector=metadata.name%3Da,metadata.namespace%3D{NS}", [(NS, "a")]),
+        (f"{LIST}?fieldSelector=metadata.name%3Da,metadata.namespace%3Dother", []),
+        (f"{LIST}?fieldSelector=metadata.name!%3Da", [(NS, "c")]),
+        (f"{TJ}/trainjobs?fieldSelector=metadata.name%3Da", [("other", "a"), (NS, "a")]),
+        (f"{TJ}/trainjobs?fieldSelector=metadata.name%3Db", [("other", "b")]),
+        (
+            f"{LIST}?fieldSelector=metadata.name%3Db&resourceVersion={at}&resourceVersionMatch=Exact",
+            [(NS, "b")],
+        ),
+    ]
+    for path, expected in cases:
+        code, body, _ = await api.call("GET", path)
+        found = [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in body["items"]]
+        assert (code, found) == (200, expected), path
+    code, body, _ = await api.call("GET", f"{TJ}/trainjobs?fieldSelector=metadata.name%3Da&limit=1")
+    assert (code, names(body), body["metadata"]["remainingItemCount"]) == (200, ["a"], 1)
+    code, rest, _ = await api.call(
+        "GET",
+        f"{TJ}/trainjobs?fieldSelector=metadata.name%3Da&continue={body['metadata']['continue']}",
+    )
+    assert body["items"][0]["metadata"]["namespace"] == "other"
+    assert (code, [i["metadata"]["namespace"] for i in rest["items"]]) == (200, [NS])

@@ -84,6 +84,32 @@ async def test_watch_without_rv_sends_initial_state_then_end_bookmark(
     assert summary(plain) == [("ADDED", "a"), ("ADDED", "b")]
 
 
+async def test_a_name_pinned_watch_starts_from_its_object_alone(
+    api: Api, devcluster: DevCluster
+) -> None:
+    for ns in (NS, "other"):
+        for name in ("b", "a"):
+            devcluster.create_trainjob(ns, name)
+    events = await read_events(
+        api,
+        f"{TJ}/namespaces/{NS}/trainjobs?watch=true&fieldSelector=metadata.name%3Da&timeoutSeconds=1",
+    )
+    assert summary(events) == [("ADDED", "a")]
+    assert events[0]["object"] == devcluster.store.get(f"trainjobs.{GROUP}", NS, "a")
+    everywhere = await read_events(
+        api, f"{TJ}/trainjobs?watch=true&fieldSelector=metadata.name%3Db&timeoutSeconds=1"
+    )
+    assert [(e["object"]["metadata"]["namespace"], e["type"]) for e in everywhere] == [
+        ("other", "ADDED"),
+        (NS, "ADDED"),
+    ]
+    missing = await read_events(
+        api,
+        f"{TJ}/namespaces/{NS}/trainjobs?watch=true&fieldSelector=metadata.name%3Dz&timeoutSeconds=1",
+    )
+    assert missing == []
+
+
 async def test_send_initial_events_requires_not_older_than(api: Api) -> None:
     code, body, _ = await api.call(
         "GET",

@@ -118,6 +118,45 @@ def test_watchers_pinned_to_a_name_see_only_that_objects_events() -> None:
     assert sorted(w.name_only for w in store.watchers("pods")) == [False, False, False, True]
 
 
+def _names(objs: list[dict[str, object]]) -> list[tuple[str, str]]:
+    return [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objs]  # type: ignore[index]
+
+
+def test_lists_select_by_namespace_and_pinned_name_in_api_order() -> None:
+    store = Store()
+    for ns in ("b", "a"):
+        for name in ("y", "x", "z"):
+            store.create("pods", new(name, ns=ns))
+    store.create("configmaps", new("x", ns="a"))
+    assert _names(store.list("pods")) == [
+        ("a", "x"), ("a", "y"), ("a", "z"), ("b", "x"), ("b", "y"), ("b", "z"),
+    ]  # fmt: skip
+    assert _names(store.list("pods", "b")) == [("b", "x"), ("b", "y"), ("b", "z")]
+    assert _names(store.list("pods", "b", "y")) == [("b", "y")]
+    assert _names(store.list("pods", None, "x")) == [("a", "x"), ("b", "x")]
+    assert store.list("pods", "b", "missing") == []
+    assert store.list("pods", "c", "x") == []
+    assert store.list("pods", None, "missing") == []
+    assert store.list("secrets", "a", "x") == []
+
+
+def test_lists_at_a_past_version_select_a_pinned_name() -> None:
+    store = Store()
+    x = store.create("pods", new("x", {"v": "1"}))
+    store.create("pods", new("x", {"v": "1"}, ns="other"))
+    at = store.rv
+    store.update("pods", new("x", {"v": "2"}), x)
+    store.create("pods", new("y"))
+    store.delete("pods", "other", "x")
+    past = store.list_at("pods", "ns", at, "x")
+    assert [(o["metadata"]["labels"], o["metadata"]["resourceVersion"]) for o in past] == [
+        ({"v": "1"}, x["metadata"]["resourceVersion"])
+    ]
+    assert _names(store.list_at("pods", None, at, "x")) == [("ns", "x"), ("other", "x")]
+    assert store.list_at("pods", "ns", at, "y") == []
+    assert _names(store.list("pods", None, "x")) == [("ns", "x")]
+
+
 def _snapshot(store: Store) -> list[dict[str, object]]:
     return json.loads(json.dumps(store.list("pods")))
 

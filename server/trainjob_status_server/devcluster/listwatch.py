@@ -144,13 +144,14 @@ def list_objects(
     check_list_options(query)
     labels = parse_label_selector(query.get("labelSelector"))
     fields = parse_field_selector(query.get("fieldSelector"))
+    name = pinned_value(query.get("fieldSelector"), "metadata.name")
     at, start = _read_version(store, query)
     if at is None:
-        objs = store.list(resource.qualified, namespace)
+        objs = store.list(resource.qualified, namespace, name)
         at = store.rv
     else:
         try:
-            objs = store.list_at(resource.qualified, namespace, at)
+            objs = store.list_at(resource.qualified, namespace, at, name)
         except Expired as exc:
             if not query.get("continue"):
                 raise ApiError(410, "Expired", str(exc)) from exc
@@ -261,7 +262,7 @@ async def serve_watch(
     try:
         stream.start(200, "application/json")
         if initial:
-            for obj in store.list(resource.qualified, namespace):
+            for obj in store.list(resource.qualified, namespace, name):
                 if labels_match(labels, obj) and fields(obj):
                     write(dumps({"type": "ADDED", "object": obj}) + b"\n")
             if bookmarks:

@@ -284,6 +284,23 @@ class Expired(Exception):
         self.oldest = oldest
 
 
+def _in_order(
+    items: Mapping[tuple[str, str], Obj], namespace: str | None, name: str | None
+) -> list[Obj]:
+    """``items`` (by (namespace, name)) of ``namespace`` (None: every one) and called
+    ``name`` (None: any), ordered by namespace then name, as the API server lists."""
+    if name is not None and namespace is not None:
+        found = items.get((namespace, name))
+        return [] if found is None else [found]
+    if name is not None:
+        keys = sorted(k for k in items if k[1] == name)
+    elif namespace is not None:
+        keys = sorted(k for k in items if k[0] == namespace)
+    else:
+        keys = sorted(items)
+    return [items[k] for k in keys]
+
+
 class Store:
     """Objects by resource and (namespace, name), a global resourceVersion, a window of events."""
 
@@ -308,15 +325,21 @@ class Store:
     def get(self, resource: str, namespace: str, name: str) -> Obj | None:
         return self._objects.get(resource, {}).get((namespace, name))
 
-    def list(self, resource: str, namespace: str | None = None) -> builtins.list[Obj]:
-        items = self._objects.get(resource, {})
-        keys = sorted(k for k in items if namespace is None or k[0] == namespace)
-        return [items[k] for k in keys]
+    def list(
+        self, resource: str, namespace: str | None = None, name: str | None = None
+    ) -> builtins.list[Obj]:
+        """The objects of ``namespace`` (None: all), by namespace then name; only those
+        called ``name`` if given (a field selector that pins metadata.name): one lookup in
+        a namespace, however many objects the resource has."""
+        return _in_order(self._objects.get(resource, {}), namespace, name)
 
-    def list_at(self, resource: str, namespace: str | None, rv: int) -> builtins.list[Obj]:
+    def list_at(
+        self, resource: str, namespace: str | None, rv: int, name: str | None = None
+    ) -> builtins.list[Obj]:
         """The objects as they were at ``rv``: the current ones with every later change of
         the event window undone. Expired if the window no longer reaches back to ``rv``
-        (as for a watch from it); ``rv`` must not be past the current one."""
+        (as for a watch from it); ``rv`` must not be past the current one. ``namespace``
+        and ``name`` select as in ``list``."""
         if rv < self._window_start:
             raise Expired(rv, self._window_start)
         if rv > self.rv:
@@ -337,8 +360,7 @@ class Store:
                 old = event.old
                 assert old is not None
                 items[event.key] = old
-        keys = sorted(k for k in items if namespace is None or k[0] == namespace)
-        return [items[k] for k in keys]
+        return _in_order(items, namespace, name)
 
     def count(self, resource: str) -> int:
         return len(self._objects.get(resource, {}))
