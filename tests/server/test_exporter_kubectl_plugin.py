@@ -416,10 +416,7 @@ class TestThroughKubectl:
         devcluster.delete("trainjobs", "team-a", "tj-a", GROUP)
         third = await read_table(proc.stdout)
         assert [line.split()[0] for line in third[1:]] == ["tj-b"]
-        proc.send_signal(signal.SIGINT)
-        assert await asyncio.wait_for(proc.wait(), 10) == 130
-        assert proc.stderr is not None
-        assert await proc.stderr.read() == b""
+        assert await interrupted(proc) == (130, "")
 
     async def test_watch_prints_one_document_per_change(
         self, kubectl: Kubectl, kube: KubeClient, devcluster: DevCluster, jobs: float
@@ -441,8 +438,22 @@ class TestThroughKubectl:
         devcluster.delete("trainjobs", "team-a", "tj-b", GROUP)
         deleted = json.loads(await read_line(proc.stdout))
         assert (deleted["type"], deleted["name"]) == ("DELETED", "tj-b")
-        proc.send_signal(signal.SIGINT)
-        assert await asyncio.wait_for(proc.wait(), 10) == 130
+        assert await interrupted(proc) == (130, "")
+
+
+async def interrupted(proc: asyncio.subprocess.Process) -> tuple[int, str]:
+    """Ctrl-C, then the exit code and stderr; a process still there 10 s later is killed
+    and the test fails with what it wrote to stderr (so none outlives its test)."""
+    assert proc.stderr is not None
+    proc.send_signal(signal.SIGINT)
+    try:
+        code = await asyncio.wait_for(proc.wait(), 10)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        err = (await proc.stderr.read()).decode(errors="replace")
+        raise AssertionError(f"still running 10 s after SIGINT; its stderr: {err!r}") from None
+    return code, (await proc.stderr.read()).decode(errors="replace")
 
 
 async def read_line(stream: asyncio.StreamReader) -> str:
