@@ -183,6 +183,12 @@ class Result:
     err: str
 
 
+_WITH_DEFAULT_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+
 class Kubectl:
     """The real kubectl with the plugin on PATH (a wrapper running this checkout's module)."""
 
@@ -203,8 +209,14 @@ class Kubectl:
     async def start(
         self, *args: str, env: dict[str, str] | None = None
     ) -> asyncio.subprocess.Process:
-        # Not blocking the event loop: the devcluster serves from this same loop.
+        # Not blocking the event loop: the devcluster serves from this same loop. kubectl
+        # starts with Ctrl-C's default action, as in a terminal, even when this test run
+        # ignores SIGINT (a background job of a non-interactive shell does, and ignored
+        # signals stay ignored across exec: the plugin would never hear its Ctrl-C).
         return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _WITH_DEFAULT_SIGINT,
             "kubectl",
             *args,
             stdout=asyncio.subprocess.PIPE,
