@@ -59,7 +59,9 @@ class WebhookCABundle:
         config = await self.kube.get(MUTATING_WEBHOOK_CONFIGURATIONS, None, self.name)
         if config is None:
             if not self._missing_logged:
-                log.info("webhook configuration not found", extra={"name": self.name})
+                log.info(
+                    "webhook configuration not found", extra={"webhook_configuration": self.name}
+                )
                 self._missing_logged = True
             return False
         self._missing_logged = False
@@ -80,7 +82,10 @@ class WebhookCABundle:
         await self.kube.patch(
             MUTATING_WEBHOOK_CONFIGURATIONS, None, self.name, ops, field_manager=FIELD_MANAGER
         )
-        log.info("webhook caBundle updated", extra={"name": self.name, "webhooks": len(ops) // 2})
+        log.info(
+            "webhook caBundle updated",
+            extra={"webhook_configuration": self.name, "webhooks": len(ops) // 2},
+        )
         return True
 
 
