@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Any
 
 from . import objects
+from .admission import Backend
 from .faults import Faults, RequestInfo
 from .httpserver import HttpServer
 from .kubeconfig import write_kubeconfig
@@ -227,6 +228,14 @@ class DevCluster:
         token = answer["status"]["token"]
         assert isinstance(token, str)
         return token
+
+    def route_service(
+        self, namespace: str, name: str, host: str, ports: dict[int | str, int]
+    ) -> None:
+        """Where the pods behind Service ``namespace/name`` listen, for the webhooks this
+        cluster calls: ``ports`` maps the Service's target ports (numbers or names) to
+        ports on ``host``."""
+        self.app.admission.backends[(namespace, name)] = Backend(host, ports)
 
     # -- faults ----------------------------------------------------------------------------
 

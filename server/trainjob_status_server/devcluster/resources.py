@@ -126,6 +126,14 @@ def default_resources() -> list[ResourceType]:
         _rbac("RoleBinding", "rolebindings", namespaced=True),
         _rbac("ClusterRole", "clusterroles", namespaced=False),
         _rbac("ClusterRoleBinding", "clusterrolebindings", namespaced=False),
+        ResourceType(
+            group="admissionregistration.k8s.io",
+            version="v1",
+            kind="MutatingWebhookConfiguration",
+            plural="mutatingwebhookconfigurations",
+            singular="mutatingwebhookconfiguration",
+            namespaced=False,
+        ),
         resource_from_crd(load_trainjob_crd()),
     ]
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 from . import authz, bodies, status
+from .admission import MutatingAdmission
 from .faults import Fault, Faults, RequestInfo
 from .httpserver import Connection, HandlerResult, Request, Response
 from .listwatch import WATCH_BUFFER_LIMIT, list_objects, serve_watch
@@ -60,6 +61,7 @@ class ClusterApp:
         self.watch_buffer_limit = watch_buffer_limit
         self.api = ResourceApi(store, clock)
         self.paths = NonResourcePaths(registry.resources, tokens)
+        self.admission = MutatingAdmission(store)
         # Set when the cluster stops: stalled requests stop waiting, so stopping does not
         # wait out a test's stall.
         self.stopping = asyncio.Event()
@@ -153,10 +155,26 @@ class ClusterApp:
             content_type=request.headers.get("Content-Type", ""),
             user_agent=request.headers.get("User-Agent"),
         )
+        if verb == "create" and not info.subresource and self.admission.configured():
+            return self._admitted(request, call, user)
+        return self._answer(request, call)
+
+    def _answer(self, request: Request, call: Call) -> Response:
         answer = self._special(call) or self._verb(call)
-        response = self.paths.render(request, resource, answer.body, answer.code)
+        response = self.paths.render(request, call.resource, answer.body, answer.code)
         response.headers.update(_warning_header(call.warnings))
         return response
+
+    async def _admitted(self, request: Request, call: Call, user: authz.User) -> Response:
+        """A create that mutating webhooks may change first (see admission.py)."""
+        try:
+            obj = self._json_object(call)
+            admitted = await self.admission.admit(call.info, call.resource, obj, user, call.dry_run)
+            if admitted is not obj:
+                call.body, call.content_type = dumps(admitted), "application/json"
+            return self._answer(request, call)
+        except ApiError as exc:
+            return json_response(exc.code, exc.to_json(), exc.headers)
 
     async def _watch(
         self, request: Request, connection: Connection, info: RequestInfo, resource: ResourceType
