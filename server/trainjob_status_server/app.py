@@ -182,6 +182,8 @@ class StatusServer:
             keepalive_timeout=config.idle_timeout,
             shutdown_timeout=config.shutdown_timeout,
             lingering_time=LINGER_SECONDS,
+            # Bodies are decoded by the endpoint (codings.py), where a bad one is a 400.
+            auto_decompress=False,
         )
         await self._serving.setup()
         self._site = CappedSite(

@@ -34,7 +34,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 # Answers after which the connection may hold unread body bytes: close it.
-_CLOSE_AFTER = frozenset({408, 413})
+_CLOSE_AFTER = frozenset({400, 408, 413, 415})
 
 
 @functools.cache
