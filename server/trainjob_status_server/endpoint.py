@@ -68,7 +68,7 @@ class StatusEndpoint:
             return json_response({})
         if not await self.trainjob_exists(namespace, name):
             raise errors.trainjob_not_found()
-        encoded = update.encoded()
+        encoded = update.encoded(received)
         await self.write(namespace, name, encoded)
         # The JSON the update is written with, echoed as it is.
         return web.Response(
