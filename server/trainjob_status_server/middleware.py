@@ -43,6 +43,12 @@ def _requests(code: int) -> Counter:
     return selfmetrics.REQUESTS.labels(str(code))
 
 
+async def no_server_header(_request: web.Request, response: web.StreamResponse) -> None:
+    """An ``on_response_prepare`` hook: aiohttp names itself and the Python version in a
+    ``Server`` header on every answer, telling a scanner which known bugs to try."""
+    response.headers.popall("Server", None)
+
+
 def status_errors(not_posts: Collection[str]) -> Middleware:
     """The middleware; requests for the paths in ``not_posts`` (probes, the webhook) are
     logged but neither counted nor timed as status posts."""
