@@ -99,10 +99,14 @@ class FirstSeen:
         if stamp is None:
             return None
         held = self._ahead.get(key)
-        if held is None or held[0] != stamp:
-            self.saw(key, stored, now)
-            held = self._ahead.get(key)
-        return stamp if held is None else ordering_time(stamp, held[1])
+        if held is not None and held[0] == stamp:
+            return ordering_time(stamp, held[1])
+        if stamp > now:
+            self._ahead[key] = (stamp, now)
+            return now
+        if held is not None:
+            del self._ahead[key]
+        return stamp
 
     def forget(self, key: Key) -> None:
         self._ahead.pop(key, None)
