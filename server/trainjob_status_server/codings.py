@@ -1,8 +1,9 @@
 """Request body content codings (``Content-Encoding``), decoded under a size limit (pure).
 
-The server decodes bodies itself rather than letting aiohttp do it: aiohttp's decoder
-fails inside the connection's parser (an unhandled exception, logged with a traceback),
-and it refuses ``br`` and ``zstd`` only where their libraries are missing. Here every
+The server decodes bodies itself rather than letting aiohttp do it: aiohttp reports a
+body that does not decode as an exception from the body stream, which the request path
+cannot tell from a broken connection, and whether it takes ``br`` and ``zstd`` depends
+on which optional libraries are installed. Here every
 outcome is a decision the endpoint answers: gzip and deflate are decoded, ``identity``
 is no coding, anything else is refused before the body is read (415, as RFC 9110
 15.5.16 and the API server's UnsupportedMediaType answer it), a body that does not
@@ -68,7 +69,6 @@ class Decoder:
 
     def __post_init__(self) -> None:
         self._inflate: zlib._Decompress | None = None
-        self._members = 0
 
     def feed(self, chunk: bytes) -> bytes:
         """The decoded bytes ``chunk`` completes; CodingError or TooLarge."""
@@ -78,7 +78,6 @@ class Decoder:
                 if self._inflate is not None and self.coding == "deflate":
                     raise CodingError(self._message("has data after the end of the stream"))
                 self._inflate = zlib.decompressobj(self._wbits(chunk))
-                self._members += 1
             # One byte past the room left is enough to tell "too large" from "fits".
             room = self.limit - self.size + 1
             try:

@@ -1,12 +1,12 @@
 """Structured logging: one line per event, JSON or key=value, extras as fields.
 
 Callers pass fields with ``extra={...}``; nothing here ever sees a token, because no
-caller passes one. Some fields carry what a client sent (a request path, a header's
-name): neither format writes a character from them that a terminal or a log reader
-would act on. JSON lines are pure printable ASCII (every other character as a ``\\uXXXX``
-escape, which JSON readers undo); key=value lines keep printable text as it is and quote
-any value with a character that is not, escaped as JSON escapes it (controls, DEL, C1,
-line and paragraph separators, bidirectional and other format characters).
+caller passes one. Some fields carry what a client sent (a request path): neither
+format writes a character from them that a terminal or a log reader would act on. JSON
+lines are pure printable ASCII (every other character as a ``\\uXXXX`` escape, which
+JSON readers undo); key=value lines keep printable text as it is and quote any value
+with a character that is not, escaped as JSON escapes it (controls, DEL, C1, line and
+paragraph separators, bidirectional and other format characters).
 """
 
 from __future__ import annotations
