@@ -25,7 +25,7 @@ from .kube.client import KubeClient
 from .kube.errors import KubeUnavailable
 from .kube.resources import TRAINJOBS
 from .listener import CappedSite
-from .middleware import status_errors
+from .middleware import no_server_header, status_errors
 from .tls import ReloadingTLS
 from .views import trainjob_view
 from .webhook import INJECT_PATH, InjectorSettings, JobSetSteps, PodInjector
@@ -129,6 +129,7 @@ class StatusServer:
     def serving_app(self) -> web.Application:
         not_posts = ("/healthz", "/readyz", INJECT_PATH)
         app = web.Application(middlewares=[status_errors(not_posts)], client_max_size=2**20)
+        app.on_response_prepare.append(no_server_header)
         app.router.add_post(STATUS_PATH, self.endpoint.handle)
         if self.injector is not None:
             app.router.add_post(INJECT_PATH, self.injector.handle)
@@ -138,6 +139,7 @@ class StatusServer:
 
     def metrics_app(self) -> web.Application:
         app = web.Application()
+        app.on_response_prepare.append(no_server_header)
         app.router.add_get("/metrics", self.exporter.handle)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
@@ -182,6 +184,8 @@ class StatusServer:
             keepalive_timeout=config.idle_timeout,
             shutdown_timeout=config.shutdown_timeout,
             lingering_time=LINGER_SECONDS,
+            # Bodies are decoded by the endpoint (codings.py), where a bad one is a 400.
+            auto_decompress=False,
         )
         await self._serving.setup()
         self._site = CappedSite(

@@ -1,6 +1,6 @@
 """The coalescing writer's decisions, as pure functions and plain data (no I/O, no clock).
 
-A TrainJob has at most one pending update: the newest by ``lastUpdatedTime`` (ties go to
+A TrainJob has at most one pending update: the newest by ``ordering_time`` (ties go to
 the later arrival). An update never overwrites a newer status already stored. Dirty
 TrainJobs are served in the order they became dirty, each no sooner than its own
 ``ready_at`` (minimum interval between writes, or a retry delay).
@@ -28,9 +28,26 @@ class Pending:
     attempts: int = 0  # failed writes of this update so far
 
 
+def ordering_time(last_updated: datetime, seen: datetime) -> datetime:
+    """What a status is ordered by: its ``lastUpdatedTime``, but never later than when
+    this server first saw it (received the post, or saw the stored status).
+
+    A stamp from a clock that runs ahead then orders as if stamped on arrival, so it
+    cannot make every later post look older than itself until the clock catches up; a
+    stamp in the past (a post delayed or retried) keeps its place. Only the order uses
+    this time: the status is written and echoed with the client's ``lastUpdatedTime``.
+    """
+    return min(last_updated, seen)
+
+
+def update_time(update: EncodedStatus) -> datetime:
+    """``ordering_time`` of an update, first seen when its post was received."""
+    return ordering_time(update.last_updated_time, update.received)
+
+
 def supersedes(incoming: EncodedStatus, held: EncodedStatus) -> bool:
     """Whether ``incoming`` (arriving now) replaces ``held``: not older than it."""
-    return incoming.last_updated_time >= held.last_updated_time
+    return update_time(incoming) >= update_time(held)
 
 
 def stored_time(obj: dict[str, Any] | None) -> datetime | None:
@@ -46,10 +63,53 @@ def stored_time(obj: dict[str, Any] | None) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
-def is_stale(update: EncodedStatus, stored: dict[str, Any] | None) -> bool:
-    """Whether writing ``update`` would move the stored status back in time."""
-    held = stored_time(stored)
-    return held is not None and update.last_updated_time < held
+def is_stale(update: EncodedStatus, stored_order: datetime | None) -> bool:
+    """Whether writing ``update`` would move the stored status back in time; the stored
+    status orders by ``stored_order`` (None: it has no time, anything may replace it)."""
+    return stored_order is not None and update_time(update) < stored_order
+
+
+class FirstSeen:
+    """When this server first saw each TrainJob's stored ``lastUpdatedTime``, for
+    ``ordering_time``. Kept only for a stamp that lay ahead of the time it was seen (for
+    any other, the stamp is its ordering time): one entry per TrainJob a fast clock
+    stamped, until its status changes or it is forgotten."""
+
+    def __init__(self) -> None:
+        self._ahead: dict[Key, tuple[datetime, datetime]] = {}
+
+    def __len__(self) -> int:
+        return len(self._ahead)
+
+    def saw(self, key: Key, stored: dict[str, Any] | None, at: datetime) -> None:
+        """``stored`` (a state of TrainJob ``key``) was seen, or received, at ``at``."""
+        stamp = stored_time(stored)
+        held = self._ahead.get(key)
+        if stamp is not None and held is not None and held[0] == stamp:
+            if at < held[1]:
+                self._ahead[key] = (stamp, at)
+        elif stamp is not None and stamp > at:
+            self._ahead[key] = (stamp, at)
+        else:
+            self._ahead.pop(key, None)
+
+    def order(self, key: Key, stored: dict[str, Any] | None, now: datetime) -> datetime | None:
+        """What ``stored`` orders by; seen first ``now`` if it was not seen before."""
+        stamp = stored_time(stored)
+        if stamp is None:
+            return None
+        held = self._ahead.get(key)
+        if held is not None and held[0] == stamp:
+            return ordering_time(stamp, held[1])
+        if stamp > now:
+            self._ahead[key] = (stamp, now)
+            return now
+        if held is not None:
+            del self._ahead[key]
+        return stamp
+
+    def forget(self, key: Key) -> None:
+        self._ahead.pop(key, None)
 
 
 def newer_object(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import errors, validation
+from . import codings, errors, validation
 from .auth import Authenticator
 from .config import MAX_BODY_BYTES
 from .middleware import TRAINJOB
@@ -51,8 +51,12 @@ class StatusEndpoint:
         received = self.clock()
         if (request.content_length or 0) > MAX_BODY_BYTES:
             raise errors.payload_too_large()
+        try:
+            coding = codings.body_coding(request.headers.get("Content-Encoding"))
+        except codings.UnsupportedCoding as exc:
+            raise errors.unsupported_coding(str(exc), codings.ACCEPTED) from None
         await self.authenticator.authenticate(request.headers.get("Authorization"), namespace, name)
-        raw = await read_body(request, MAX_BODY_BYTES, self.read_timeout)
+        raw = await read_body(request, MAX_BODY_BYTES, self.read_timeout, coding)
         try:
             payload = validation.decode_payload(raw)
             update = validation.parse_trainer_status(payload, trainjob=name, received=received)
@@ -64,7 +68,7 @@ class StatusEndpoint:
             return json_response({})
         if not await self.trainjob_exists(namespace, name):
             raise errors.trainjob_not_found()
-        encoded = update.encoded()
+        encoded = update.encoded(received)
         await self.write(namespace, name, encoded)
         # The JSON the update is written with, echoed as it is.
         return web.Response(
@@ -72,9 +76,28 @@ class StatusEndpoint:
         )
 
 
-async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
+async def read_body(
+    request: web.Request, limit: int, seconds: float, coding: str | None = None
+) -> bytes:
     """The body, at most ``limit`` bytes whether announced or chunked (413 beyond), within
-    ``seconds`` (408 for a client that stalls)."""
+    ``seconds`` (408 for a client that stalls), with ``coding`` (a content coding from
+    ``codings.body_coding``) undone: then ``limit`` bounds the decoded bytes too, and a
+    body that does not decode is 400."""
+    raw = await _read_raw(request, limit, seconds)
+    if coding is None:
+        return raw
+    decoder = codings.Decoder(coding, limit)
+    try:
+        decoded = decoder.feed(raw)
+        decoder.finish()
+    except codings.CodingError as exc:
+        raise errors.bad_request(str(exc)) from None
+    except codings.TooLarge:
+        raise errors.payload_too_large() from None
+    return decoded
+
+
+async def _read_raw(request: web.Request, limit: int, seconds: float) -> bytes:
     stream = request.content
     deadline = asyncio.get_running_loop().time() + seconds
     chunks: list[bytes] = []

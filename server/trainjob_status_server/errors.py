@@ -71,6 +71,16 @@ def payload_too_large() -> StatusError:
     return StatusError(413, "RequestEntityTooLarge", "Payload too large")
 
 
+def bad_request(message: str) -> StatusError:
+    return StatusError(400, "BadRequest", message)
+
+
+def unsupported_coding(message: str, accepted: str) -> StatusError:
+    """A ``Content-Encoding`` the server does not decode; ``accepted`` lists those it
+    does, in the header RFC 9110 asks a 415 for a content coding to carry."""
+    return StatusError(415, "UnsupportedMediaType", message, headers={"Accept-Encoding": accepted})
+
+
 def request_timeout() -> StatusError:
     return StatusError(408, "Timeout", "Request body not received in time")
 

@@ -34,13 +34,19 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 # Answers after which the connection may hold unread body bytes: close it.
-_CLOSE_AFTER = frozenset({408, 413})
+_CLOSE_AFTER = frozenset({400, 408, 413, 415})
 
 
 @functools.cache
 def _requests(code: int) -> Counter:
     """The request counter's child for ``code`` (a label lookup takes a lock each time)."""
     return selfmetrics.REQUESTS.labels(str(code))
+
+
+async def no_server_header(_request: web.Request, response: web.StreamResponse) -> None:
+    """An ``on_response_prepare`` hook: aiohttp names itself and the Python version in a
+    ``Server`` header on every answer, telling a scanner which known bugs to try."""
+    response.headers.popall("Server", None)
 
 
 def status_errors(not_posts: Collection[str]) -> Middleware:

@@ -27,8 +27,9 @@ Three outcomes besides success:
     Also two rules of our own, worded as field errors on
     ``status.trainerStatus.lastUpdatedTime`` and run where the CRD's CEL rules run (not
     after a blocking error): a time more than 5 minutes after the post was received
-    (it would win every later ordering), and a time outside years 1..9999 UTC (which the
-    API server accepts, e.g. year 0000, but no ordering can use).
+    (a clock that far off is broken, and the stamp is what users read), and a time
+    outside years 1..9999 UTC (which the API server accepts, e.g. year 0000, but no
+    ordering can use).
 ``None``
     Nothing to write: no ``trainerStatus`` or ``"trainerStatus": null``.
 
@@ -189,20 +190,25 @@ class TrainerStatus:
         out["lastUpdatedTime"] = format_time(self.last_updated_time)
         return out
 
-    def encoded(self) -> EncodedStatus:
-        """The update as it waits for its write and is echoed to the client."""
-        return EncodedStatus(self.last_updated_time, _ENCODER.encode(self.to_json()).encode())
+    def encoded(self, received: datetime) -> EncodedStatus:
+        """The update as it waits for its write and is echoed to the client; ``received``
+        is when the server received the post that carries it."""
+        return EncodedStatus(
+            self.last_updated_time, _ENCODER.encode(self.to_json()).encode(), received
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class EncodedStatus:
-    """A valid update as the writer holds it: its ``lastUpdatedTime`` (what updates are
-    ordered by) and its ``trainerStatus`` object as compact JSON. A TrainJob's update can
-    wait for its write for as long as the API budget makes it, one per TrainJob: as JSON it
-    takes about a third of the parsed form's memory (8 metrics: 0.4 against 1.2 KiB)."""
+    """A valid update as the writer holds it: its ``lastUpdatedTime`` and receive time
+    (what updates are ordered by: ``coalescing.ordering_time``) and its ``trainerStatus``
+    object as compact JSON. A TrainJob's update can wait for its write for as long as the
+    API budget makes it, one per TrainJob: as JSON it takes about a third of the parsed
+    form's memory (8 metrics: 0.4 against 1.2 KiB)."""
 
     last_updated_time: datetime  # aware, UTC
     json: bytes
+    received: datetime  # aware
 
     def to_json(self) -> dict[str, Any]:
         """The ``trainerStatus`` object as it is written."""

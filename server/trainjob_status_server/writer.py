@@ -3,8 +3,9 @@
 ``CoalescingWriter`` (the default): a post is answered once its update is queued; one
 pending update per TrainJob (the newest wins), at most one write in flight per TrainJob,
 writes conditioned on the resourceVersion they were decided on so status never moves
-back in time (also across replicas), retries while the update is still the newest, and a
-drain on shutdown. Decisions live in ``coalescing.py``.
+back in time (also across replicas; by ``coalescing.ordering_time``, so a stamp from a
+fast clock cannot hold back the updates after it), retries while the update is still the
+newest, and a drain on shutdown. Decisions live in ``coalescing.py``.
 
 ``DirectWriter``: one server-side apply per post, answered with the write's outcome, as
 the peer does; the benchmarks' baseline (``--write-mode direct``).
@@ -14,13 +15,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import random
 import time
 from collections.abc import Callable
 
 from . import errors, selfmetrics
-from .coalescing import Key, Pending, Schedule, is_stale, newer_object, retry_delay, supersedes
+from .coalescing import (
+    FirstSeen,
+    Key,
+    Pending,
+    Schedule,
+    is_stale,
+    newer_object,
+    retry_delay,
+    supersedes,
+)
 from .kube.cache import WatchCache
 from .kube.client import KubeClient
 from .kube.errors import KubeError, KubeUnavailable
@@ -63,6 +74,10 @@ class DirectWriter:
         return None
 
 
+def _utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
 def _result_of(code: int) -> str:
     return {404: "not_found", 409: "conflict", 422: "invalid", 429: "throttled"}.get(code, "error")
 
@@ -76,6 +91,7 @@ class CoalescingWriter:
         min_interval: float = 1.0,
         concurrency: int = 16,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], dt.datetime] = _utc_now,
         rand: Callable[[], float] = random.random,
     ) -> None:
         self.kube = kube
@@ -83,12 +99,14 @@ class CoalescingWriter:
         self.min_interval = min_interval
         self.concurrency = concurrency
         self.clock = clock
+        self.wall_clock = wall_clock
         self.rand = rand
         self._pending: dict[Key, Pending] = {}
         self._in_flight: set[Key] = set()
         self._last_start: dict[Key, float] = {}
         # Views of what our own writes returned, until the cache shows them.
         self._written: dict[Key, Obj] = {}
+        self._first_seen = FirstSeen()
         self._schedule = Schedule()
         self._wake = asyncio.Event()
         self._settled = asyncio.Event()
@@ -113,7 +131,7 @@ class CoalescingWriter:
             else:
                 selfmetrics.UPDATES_DROPPED.labels("stale").inc()
             return
-        if is_stale(update, self._stored(key)):
+        if is_stale(update, self._stored_order(key, self._stored(key))):
             selfmetrics.UPDATES_DROPPED.labels("stale").inc()
             return
         self._pending[key] = Pending(update, now)
@@ -130,6 +148,9 @@ class CoalescingWriter:
 
     def _stored(self, key: Key) -> Obj | None:
         return newer_object(self.trainjobs.get(*key), self._written.get(key))
+
+    def _stored_order(self, key: Key, stored: Obj | None) -> dt.datetime | None:
+        return self._first_seen.order(key, stored, self.wall_clock())
 
     @property
     def pending(self) -> int:
@@ -194,7 +215,7 @@ class CoalescingWriter:
             if stored is None:
                 self._drop(key, "not_found")
                 return
-        if is_stale(pending.update, stored):
+        if is_stale(pending.update, self._stored_order(key, stored)):
             selfmetrics.UPDATES_DROPPED.labels("stale").inc()
             return
         version = str((stored.get("metadata") or {}).get("resourceVersion") or "") or None
@@ -215,6 +236,8 @@ class CoalescingWriter:
         selfmetrics.API_WRITE_DURATION.observe(self.clock() - started)
         selfmetrics.API_WRITES.labels("ok").inc()
         selfmetrics.WRITE_FRESHNESS.observe(self.clock() - pending.accepted_at)
+        # What was written orders from when its post was received, not from now.
+        self._first_seen.saw(key, written, pending.update.received)
         self._remember(key, written)
 
     def _remember(self, key: Key, written: Obj) -> None:
@@ -269,11 +292,13 @@ class CoalescingWriter:
     def _forget(self, key: Key) -> None:
         self._written.pop(key, None)
         self._last_start.pop(key, None)
+        self._first_seen.forget(key)
 
     def _on_trainjob(self, event: CacheEvent) -> None:
         if event.new is None:
             self._forget(event.key)
             return
+        self._first_seen.saw(event.key, event.new, self.wall_clock())
         written = self._written.get(event.key)
         if written is not None and newer_object(event.new, written) is event.new:
             del self._written[event.key]  # the cache has caught up with our write
@@ -282,6 +307,11 @@ class CoalescingWriter:
 
     async def start(self) -> None:
         self.trainjobs.add_listener(self._on_trainjob)
+        # What the cache listed before the listener was added is first seen now.
+        now = self.wall_clock()
+        for obj in self.trainjobs.list():
+            meta = obj.get("metadata") or {}
+            self._first_seen.saw((meta.get("namespace", ""), meta.get("name", "")), obj, now)
         self._dispatcher = asyncio.create_task(self._dispatch(), name="status-writer")
 
     async def stop(self, drain_seconds: float) -> None:

@@ -1,17 +1,23 @@
 """Serving TLS: certificate files rotated on disk are served without a restart, and a
-keep-alive connection opened before the rotation still completes its requests."""
+keep-alive connection opened before the rotation still completes its requests; TLS 1.2
+with ECDHE and AEAD suites only, and TLS 1.3, shown by real handshakes."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import ssl
+from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
 
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
-from trainjob_status_server.tls import ReloadingTLS
+from trainjob_status_server.tls import TLS12_CIPHERS, ReloadingTLS
 
 from .conftest import ServingCerts
 
@@ -99,3 +105,123 @@ def test_a_missing_certificate_fails_at_start(certs: ServingCerts, config: Confi
     certs.key_file.unlink()
     with pytest.raises(FileNotFoundError):
         ReloadingTLS(certs.cert_file, certs.key_file)
+
+
+# The server refuses with a handshake_failure alert, or resets the connection when
+# asyncio aborts it before the alert is flushed: either way there is no session.
+HANDSHAKE_FAILED = (ssl.SSLError, ConnectionResetError)
+
+
+def _client(certs: ServingCerts, ciphers: str | None, version: ssl.TLSVersion) -> ssl.SSLContext:
+    """A client that trusts the test CA and offers exactly ``ciphers`` on ``version``."""
+    context = certs.client_context()
+    context.minimum_version = context.maximum_version = version
+    if ciphers is not None:
+        # Level 0: the client must be willing to offer what the server is to refuse.
+        context.set_ciphers(f"{ciphers}:@SECLEVEL=0")
+    return context
+
+
+@pytest.mark.parametrize(
+    "cipher",
+    [
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+    ],
+)
+async def test_tls12_with_an_aead_suite_shakes_hands(
+    server: StatusServer, certs: ServingCerts, cipher: str
+) -> None:
+    reader, writer = await _open(server, _client(certs, cipher, ssl.TLSVersion.TLSv1_2))
+    assert writer.get_extra_info("ssl_object").version() == "TLSv1.2"
+    assert writer.get_extra_info("cipher")[0] == cipher
+    assert await _healthz(reader, writer) == b"HTTP/1.1 200 OK ok"
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    "cipher",
+    [
+        "ECDHE-ECDSA-AES128-SHA256",  # CBC
+        "ECDHE-ECDSA-AES256-SHA384",  # CBC
+        "ECDHE-ECDSA-AES128-SHA",  # CBC, SHA-1
+    ],
+)
+async def test_tls12_with_only_cbc_suites_is_refused(
+    server: StatusServer, certs: ServingCerts, cipher: str
+) -> None:
+    with pytest.raises(HANDSHAKE_FAILED):
+        await _open(server, _client(certs, cipher, ssl.TLSVersion.TLSv1_2))
+
+
+async def test_tls13_shakes_hands(server: StatusServer, certs: ServingCerts) -> None:
+    reader, writer = await _open(server, _client(certs, None, ssl.TLSVersion.TLSv1_3))
+    assert writer.get_extra_info("ssl_object").version() == "TLSv1.3"
+    assert await _healthz(reader, writer) == b"HTTP/1.1 200 OK ok"
+    writer.close()
+
+
+def _rsa_pair(directory: Path) -> tuple[Path, Path]:
+    """A self-signed RSA certificate for localhost (cert-manager may issue RSA ones)."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=1))
+        .not_valid_after(now + dt.timedelta(hours=1))
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = directory / "rsa.crt", directory / "rsa.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+async def _handshake(port: int, ciphers: str) -> str:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(f"{ciphers}:@SECLEVEL=0")
+    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    cipher: str = writer.get_extra_info("cipher")[0]
+    writer.close()
+    return cipher
+
+
+async def test_with_an_rsa_certificate_only_ecdhe_aead_suites_are_served(
+    tmp_path: Path,
+) -> None:
+    cert_file, key_file = _rsa_pair(tmp_path)
+    tls = ReloadingTLS(cert_file, key_file)
+    listening = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0, ssl=tls.context)
+    port = listening.sockets[0].getsockname()[1]
+    try:
+        for good in ("ECDHE-RSA-AES128-GCM-SHA256", "ECDHE-RSA-CHACHA20-POLY1305"):
+            assert await _handshake(port, good) == good
+        # RSA key exchange (no forward secrecy), finite-field DHE, CBC: refused.
+        for bad in ("AES128-GCM-SHA256", "DHE-RSA-AES128-GCM-SHA256", "ECDHE-RSA-AES128-SHA256"):
+            with pytest.raises(HANDSHAKE_FAILED):
+                await _handshake(port, bad)
+    finally:
+        listening.close()
+        await listening.wait_closed()
+
+
+def test_every_tls12_suite_is_ecdhe_with_aead(certs: ServingCerts) -> None:
+    context = ReloadingTLS(certs.cert_file, certs.key_file).context
+    tls12 = [c for c in context.get_ciphers() if c["protocol"] == "TLSv1.2"]
+    assert {c["name"] for c in tls12} == set(TLS12_CIPHERS.split(":"))
+    assert all(c["aead"] and c["kea"] == "kx-ecdhe" for c in tls12)

@@ -458,8 +458,8 @@ def test_metric_order_and_duplicates_are_kept() -> None:
 def test_the_encoded_update_is_the_update_as_compact_json(status: dict[str, Any]) -> None:
     update = parse(status)
     assert update is not None
-    encoded = update.encoded()
-    assert encoded.last_updated_time == update.last_updated_time
+    encoded = update.encoded(RECEIVED)
+    assert (encoded.last_updated_time, encoded.received) == (update.last_updated_time, RECEIVED)
     assert encoded.to_json() == update.to_json()
     assert encoded.json == json.dumps(update.to_json(), separators=(",", ":")).encode()
 

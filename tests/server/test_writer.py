@@ -17,9 +17,11 @@ from prometheus_client import REGISTRY
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth.testing import AcceptAll
 from trainjob_status_server.coalescing import (
+    FirstSeen,
     Schedule,
     is_stale,
     newer_object,
+    ordering_time,
     retry_delay,
     stored_time,
     supersedes,
@@ -195,11 +197,63 @@ async def test_a_trainjob_deleted_while_pending_is_dropped_without_a_retry_storm
             assert devcluster.get("trainjobs", NS, "tj", GROUP) is None
 
 
+def stamped(minutes_ahead: float, progress: int) -> tuple[str, bytes]:
+    """A post stamped ``minutes_ahead`` after the real time now, and its stamp."""
+    stamp = (dt.datetime.now(dt.UTC) + dt.timedelta(minutes=minutes_ahead)).isoformat()
+    raw = {"trainerStatus": {"progressPercentage": progress, "lastUpdatedTime": stamp}}
+    return stamp.replace("+00:00", "Z"), json.dumps(raw).encode()
+
+
+async def test_a_post_from_a_fast_clock_does_not_hold_back_the_next(
+    poster: Poster, devcluster: DevCluster
+) -> None:
+    devcluster.create_trainjob(NS, "tj")
+    ahead, raw = stamped(4, 10)
+    assert (await poster.post("tj", None, raw=raw))[0] == 200
+    # Stored as the client stamped it.
+    assert stored_status(devcluster) == {"progressPercentage": 10, "lastUpdatedTime": ahead}
+    # A post stamped before the fast one arrived is older than it: dropped.
+    _, raw = stamped(-1, 5)
+    stale = counter("trainjob_status_updates_dropped_total", {"reason": "stale"})
+    assert (await poster.post("tj", None, raw=raw))[0] == 200
+    assert stored_status(devcluster)["progressPercentage"] == 10
+    assert counter("trainjob_status_updates_dropped_total", {"reason": "stale"}) == stale + 1
+    # A post stamped after it arrived is newer, though its stamp is 4 minutes earlier.
+    right, raw = stamped(0, 20)
+    assert (await poster.post("tj", None, raw=raw))[0] == 200
+    assert stored_status(devcluster) == {"progressPercentage": 20, "lastUpdatedTime": right}
+
+
+async def test_a_fast_stamp_stored_before_the_server_started_does_not_hold_back_posts(
+    config: Config, certs: ServingCerts, devcluster: DevCluster
+) -> None:
+    devcluster.create_trainjob(NS, "tj")
+    connector = aiohttp.TCPConnector(ssl=certs.client_context())
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async with StatusServer(config, AcceptAll()) as first:
+            await first.trainjobs.synced.wait()
+            ahead, raw = stamped(4, 10)
+            assert (await Poster(first, session).post("tj", None, raw=raw))[0] == 200
+        assert stored_status(devcluster)["lastUpdatedTime"] == ahead
+        async with StatusServer(config, AcceptAll()) as second:
+            await second.trainjobs.synced.wait()
+            right, raw = stamped(0, 20)
+            assert (await Poster(second, session).post("tj", None, raw=raw))[0] == 200
+    assert stored_status(devcluster) == {"progressPercentage": 20, "lastUpdatedTime": right}
+
+
 # -- the pure decisions ------------------------------------------------------------------------
 
 
-def update(seconds: float) -> EncodedStatus:
-    return EncodedStatus(BASE + dt.timedelta(seconds=seconds), b"{}")
+def time_at(seconds: float) -> dt.datetime:
+    return BASE + dt.timedelta(seconds=seconds)
+
+
+def update(seconds: float, received: float | None = None) -> EncodedStatus:
+    """An update stamped ``seconds`` after BASE, received at ``received`` (by default a
+    second after its stamp, as from a client with a right clock)."""
+    arrival = seconds + 1 if received is None else received
+    return EncodedStatus(time_at(seconds), b"{}", time_at(arrival))
 
 
 def obj(rv: str, lut: str | None = None) -> dict[str, Any]:
@@ -215,11 +269,48 @@ def test_newest_wins_and_ties_go_to_the_later_arrival() -> None:
     assert not supersedes(update(1), update(2))
 
 
+def test_a_stamp_orders_by_itself_unless_it_is_ahead_of_its_arrival() -> None:
+    assert ordering_time(time_at(5), time_at(7)) == time_at(5)
+    assert ordering_time(time_at(240), time_at(0)) == time_at(0)
+    # Stamped 4 minutes ahead, then an honest post 10 s later: the honest one wins...
+    assert supersedes(update(10), update(240, received=0))
+    # ...and an honest post that was older than the fast one's arrival still loses.
+    assert not supersedes(update(-5), update(240, received=0))
+
+
 def test_stale_against_what_is_stored() -> None:
-    assert is_stale(update(1), obj("5", at(2)))
-    assert not is_stale(update(2), obj("5", at(2)))
-    assert not is_stale(update(1), obj("5"))
+    assert is_stale(update(1), time_at(2))
+    assert not is_stale(update(2), time_at(2))
     assert not is_stale(update(1), None)
+    assert not is_stale(update(250, received=3), time_at(2))
+    assert is_stale(update(250, received=1), time_at(2))
+
+
+def test_a_stored_stamp_ahead_of_its_sighting_orders_from_the_sighting() -> None:
+    seen = FirstSeen()
+    key = ("ns", "tj")
+    assert seen.order(key, obj("5"), time_at(0)) is None
+    assert seen.order(key, obj("5", at(1)), time_at(3)) == time_at(1)
+    assert len(seen) == 0  # stamps in the past are their own ordering time: nothing kept
+    # Stored 4 minutes ahead, first seen at 0 (a watch event): orders from 0 after that.
+    seen.saw(key, obj("6", at(240)), time_at(0))
+    assert seen.order(key, obj("6", at(240)), time_at(30)) == time_at(0)
+    # Received earlier than the watch showed it (our own write): the earlier time holds.
+    seen.saw(key, obj("6", at(240)), time_at(-1))
+    assert seen.order(key, obj("6", at(240)), time_at(30)) == time_at(-1)
+    # A later sighting of the same stamp does not move it.
+    seen.saw(key, obj("6", at(240)), time_at(20))
+    assert seen.order(key, obj("7", at(240)), time_at(30)) == time_at(-1)
+    # Never seen before (stored before this server started): seen first now.
+    other = ("ns", "other")
+    assert seen.order(other, obj("8", at(300)), time_at(40)) == time_at(40)
+    assert seen.order(other, obj("8", at(300)), time_at(50)) == time_at(40)
+    # A new stamp replaces the entry; one in the past drops it; forget drops it too.
+    seen.saw(key, obj("9", at(10)), time_at(11))
+    assert seen.order(key, obj("9", at(10)), time_at(12)) == time_at(10)
+    assert len(seen) == 1
+    seen.forget(other)
+    assert len(seen) == 0
     assert stored_time(obj("5", "not a time")) is None
     assert stored_time(obj("5", "2026-12-02T18:00:00")) is None  # no zone: not comparable
 
