@@ -298,10 +298,21 @@ class Exporter:
     def _admitted(self, series: TrainJobSeries, old: RenderedSeries | None) -> RenderedSeries:
         """``series`` rendered with only the metric names its TrainJob may export; counts
         the names refused that its previous version did not already refuse."""
-        held = NONE_REFUSED if old is None else old.held
-        names, over = admit([name for name, _ in series.metrics], held, self.max_names)
-        if over:
-            series = replace(series, metrics=tuple(m for m in series.metrics if m[0] not in over))
+        names = tuple(name for name, _ in series.metrics)
+        over = NONE_REFUSED
+        if old is not None and names == old.names:
+            # The names of the last version again, the common case: all held already.
+            retired = old.retired
+        elif old is None and (self.max_names == 0 or len(names) <= self.max_names):
+            retired = NONE_REFUSED
+        else:
+            held = NONE_REFUSED if old is None else old.held
+            names, over = admit(names, held, self.max_names)
+            if over:
+                kept = tuple(m for m in series.metrics if m[0] not in over)
+                series = replace(series, metrics=kept)
+            # Usually empty (a job keeps its names): then shared, not one set per TrainJob.
+            retired = held.difference(names) or NONE_REFUSED
         refused = _NO_REFUSALS
         if over or series.unexportable:
             refused = frozenset(
@@ -310,8 +321,6 @@ class Exporter:
             )
             for reason, _ in refused - (_NO_REFUSALS if old is None else old.refused):
                 selfmetrics.METRIC_NAMES_REFUSED.labels(reason).inc()
-        # Usually empty (a job keeps its names): then shared, not one set per TrainJob.
-        retired = held.difference(names) or NONE_REFUSED
         return RenderedSeries.of(series, retired, refused)
 
     def selection(self) -> Iterator[tuple[Key, RenderedSeries, int, int]]:

@@ -147,7 +147,8 @@ def series_of(trainjob: Mapping[str, Any]) -> TrainJobSeries | None:
 def exportable(text: str) -> bool:
     """Whether ``text`` can be a label value on the page: every character is written
     as is or with one of the formats' escapes (backslash, double quote, line feed)."""
-    return _UNEXPORTABLE.search(text) is None
+    # isprintable (in C) holds for most names and implies the answer.
+    return text.isprintable() or _UNEXPORTABLE.search(text) is None
 
 
 def _metrics(
