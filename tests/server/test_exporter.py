@@ -529,3 +529,23 @@ async def test_the_default_name_limit_admits_a_full_status_twice(
 async def test_a_negative_name_limit_is_refused(server: StatusServer) -> None:
     with pytest.raises(ValueError, match="max_names must be >= 0"):
         Exporter(server.trainjobs, max_names=-1)
+
+
+async def test_the_collector_leaves_out_the_same_names(
+    poster: Poster, devcluster: DevCluster, start_exporter: ExporterFactory
+) -> None:
+    exporter, scraper = await start_exporter(max_names=2)
+    devcluster.create_trainjob(NS, "tj")
+    for second, names in enumerate((["a", "b"], ["c", "b", "x\ry", "a"])):
+        metrics = [{"name": n, "value": "1"} for n in names]
+        body = {"trainerStatus": {"metrics": metrics, "lastUpdatedTime": stamp(second)}}
+        assert (await poster.post("tj", body))[0] == 200
+    want = T0.timestamp() + 1
+    page = await scraper.until(lambda page: page.samples().get((LAST_UPDATE, labels("tj"))) == want)
+    assert page.samples(METRIC) == {
+        (METRIC, labels("tj", name="b")): 1.0,
+        (METRIC, labels("tj", name="a")): 1.0,
+    }
+    registry = CollectorRegistry()
+    registry.register(exporter.collector)
+    assert generate_latest(registry) == exporter.trainjob_exposition()
