@@ -26,6 +26,7 @@ from rich.console import Console
 from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.kube import KubeClient
 from trainjob_status_server.kubectl_trainjob.command import kubeconfig_file
+from trainjob_status_server.kubectl_trainjob.output import yaml_text
 from trainjob_status_server.kubectl_trainjob.rows import (
     Row,
     chosen_metrics,
@@ -220,6 +221,12 @@ def test_the_table_shows_hostile_strings_literally_and_without_controls() -> Non
         assert raw not in out
     assert f"{SHOWN}   {SHOWN}   [red]0.9[/red]   -" in plain
     assert "[b]col[/b]" in plain
+
+
+def test_yaml_escapes_bidi_controls_and_keeps_other_text_as_is() -> None:
+    assert yaml_text({"m": "λόγος"}) == "m: λόγος\n"
+    assert yaml_text({"m": "\u202eλ", "n": "\x1b"}) == 'm: "\\u202E\\u03BB"\nn: "\\e"\n'
+    assert yaml.safe_load(yaml_text({"m": "\u202eλ"})) == {"m": "\u202eλ"}
 
 
 def test_kubeconfig_is_found_as_kubectl_finds_it(
@@ -460,7 +467,11 @@ class TestThroughKubectl:
         self, kubectl: Kubectl, kube: KubeClient, devcluster: DevCluster
     ) -> None:
         devcluster.create_trainjob("team-a", "evil")
-        metrics = [{"name": "note", "value": HOSTILE[:64]}, {"name": HOSTILE[:64], "value": "1"}]
+        metrics = [
+            {"name": "note", "value": HOSTILE[:64]},
+            {"name": HOSTILE[:64], "value": "1"},
+            {"name": "bidi", "value": "\u202eevil λ"},
+        ]
         await report(
             kube,
             "team-a",
@@ -477,7 +488,7 @@ class TestThroughKubectl:
         # Scripts get the stored strings exactly, escaped by JSON and YAML themselves.
         for fmt, load in (("json", json.loads), ("yaml", yaml.safe_load)):
             out = await kubectl.ok("trainjob", "progress", "-n", "team-a", "-o", fmt)
-            for raw in ("\x1b", "\x00", "\x07", "\x7f", "\x9b"):
+            for raw in ("\x1b", "\x00", "\x07", "\x7f", "\x9b", "\u202e"):
                 assert raw not in out
             assert load(out)["items"][0]["metrics"] == metrics
 

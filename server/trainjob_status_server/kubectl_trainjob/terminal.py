@@ -24,12 +24,17 @@ _SEQUENCES = re.compile(
 _BREAKS = re.compile(r"[\t\n\v\f\r\x85\u2028\u2029]")
 # Every other control: C0, DEL, C1, the bidirectional marks, embeddings, overrides and
 # isolates, and lone surrogates (no terminal encoding can write one).
-_CONTROLS = re.compile(
-    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
+_BIDI = r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROLS = re.compile(rf"[\x00-\x1f\x7f-\x9f{_BIDI}\ud800-\udfff]")
+_BIDI_CONTROLS = re.compile(rf"[{_BIDI}]")
 
 
 def printable(text: str) -> str:
     """``text`` with escape sequences and control characters removed, line breaks and
     tabs as spaces; everything else as it was."""
     return _CONTROLS.sub("", _BREAKS.sub(" ", _SEQUENCES.sub("", text)))
+
+
+def has_bidi_control(text: str) -> bool:
+    """Whether ``text`` holds a bidirectional mark, embedding, override or isolate."""
+    return _BIDI_CONTROLS.search(text) is not None
