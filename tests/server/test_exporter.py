@@ -475,6 +475,7 @@ async def test_the_page_holds_self_metrics_process_metrics_and_cache_sizes(
         "trainjob_status_pending_writes",
         "trainjob_status_metric_values_skipped",
         "trainjob_status_exported_series_dropped",
+        "trainjob_status_metric_names_refused",
         "trainjob_status_cache_objects",
         "process_cpu_seconds",
         "process_resident_memory_bytes",
