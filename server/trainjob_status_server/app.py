@@ -60,7 +60,11 @@ class StatusServer:
             self.kube, TRAINJOBS, transform=trainjob_view, absent_seconds=TRAINJOB_ABSENT_SECONDS
         )
         # Gauges per TrainJob from this cache, the self-metrics, process metrics.
-        self.exporter = Exporter(self.trainjobs, max_series=config.max_exported_series)
+        self.exporter = Exporter(
+            self.trainjobs,
+            max_series=config.max_exported_series,
+            max_names=config.max_metric_names_per_trainjob,
+        )
         # The token authenticator has I/O (keys, pods) and a lifecycle; others have none.
         self.token_auth = authenticator if isinstance(authenticator, TokenAuthenticator) else None
         # With the bootstrap, the files exist only once it has run: built in start().

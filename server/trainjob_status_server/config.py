@@ -40,6 +40,7 @@ class Config:
     min_write_interval: float = 1.0
     drain_timeout: float = 10.0
     max_exported_series: int = 100_000
+    max_metric_names_per_trainjob: int = 512
     log_level: str = "info"
     log_format: str = "json"
     token_leeway: float = 60.0
@@ -198,6 +199,13 @@ _FLAGS = (
         int,
         "per-TrainJob series one scrape exports at most (0: no cap); trainjob_metric series "
         "are dropped first, counted in trainjob_status_exported_series_dropped_total",
+    ),
+    _Flag(
+        "max_metric_names_per_trainjob",
+        int,
+        "distinct trainjob_metric names one TrainJob exports over its life (0: no limit); "
+        "later new names are not exported, counted in "
+        'trainjob_status_metric_names_refused_total{reason="limit"}',
     ),
     _Flag("log_level", str, "log level", ("debug", "info", "warning", "error")),
     _Flag("log_format", str, "log line format", ("json", "text")),

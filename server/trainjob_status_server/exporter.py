@@ -4,6 +4,9 @@ and process metrics, as Prometheus text or OpenMetrics, whichever the scraper as
 The TrainJob gauges are never pushed or set: a cache listener keeps, per TrainJob, the
 series ``series.series_of`` decides, and a scrape renders what is there at that moment.
 A deleted TrainJob, or a metric it no longer reports, is gone from the next scrape.
+Each TrainJob exports ``max_names`` distinct metric names at most over its life
+(``series.admit``); the exporter remembers the names it let a TrainJob export until the
+TrainJob is deleted.
 
 Rendering: prometheus_client's generic renderer costs about 14 us per sample here (1.5 s
 for 10,000 TrainJobs with 10 metrics), so each TrainJob's sample lines are rendered once,
@@ -16,7 +19,7 @@ paths to the same bytes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aiohttp import web
 from prometheus_client import (
@@ -36,8 +39,10 @@ from .kube.store import CacheEvent
 from .series import (
     FAMILIES,
     METRIC,
+    NONE_REFUSED,
     NONE_SKIPPED,
     TrainJobSeries,
+    admit,
     allowance,
     newly_skipped,
     series_of,
@@ -46,11 +51,15 @@ from .series import (
 DEFAULT_MAX_SERIES = 100_000
 """Default of ``--max-exported-series``: every TrainJob's core series fit far beyond
 10,000 TrainJobs; beyond it the user metrics are dropped first."""
+DEFAULT_MAX_NAMES = 512
+"""Default of ``--max-metric-names-per-trainjob``: twice the metrics one status may hold
+(the CRD's limit), so a job may rename every metric of a full list once."""
 
 OPENMETRICS = "application/openmetrics-text"
 _EOF = b"# EOF\n"
 _INDEX = {family.name: i for i, family in enumerate(FAMILIES)}
 _METRIC_INDEX = _INDEX[METRIC]
+_NO_REFUSALS: frozenset[tuple[str, str]] = frozenset()
 _HEADERS = tuple(f"# HELP {f.name} {f.help}\n# TYPE {f.name} gauge\n".encode() for f in FAMILIES)
 
 
@@ -104,10 +113,19 @@ def format_value(value: float) -> str:
     return text
 
 
+def _first_lines(joined: bytes, count: int) -> list[bytes]:
+    # On the line feed alone, the one line end of both formats: bytes.splitlines would
+    # also split at a carriage return, and cut a line in two.
+    pieces = joined.split(b"\n", count)
+    # The last piece is what follows the last line end taken: the rest, or nothing.
+    return [line + b"\n" for line in pieces[: len(pieces) - 1]]
+
+
 @dataclass(frozen=True, slots=True)
 class RenderedSeries:
     """A TrainJob's sample lines (labels sorted, as prometheus_client writes them, so the
-    two rendering paths agree byte for byte), and what it skipped.
+    two rendering paths agree byte for byte), what it skipped, and the metric names it
+    was let export (``names`` now, ``retired`` before and no longer reported).
 
     Only the lines are kept, not the figures they were rendered from: a scrape needs
     nothing else, and the collector reads the figures from the TrainJob cache.
@@ -118,6 +136,14 @@ class RenderedSeries:
     metrics_joined: bytes  # the metric lines, each ending in a newline, in series order
     metric_count: int
     skipped: frozenset[tuple[str, str]]
+    names: tuple[str, ...] = ()
+    retired: frozenset[str] = NONE_REFUSED
+    refused: frozenset[tuple[str, str]] = _NO_REFUSALS  # (reason, name), as counted
+
+    @property
+    def held(self) -> frozenset[str]:
+        """Every name this TrainJob was let export so far."""
+        return self.retired.union(self.names)
 
     @property
     def core_count(self) -> int:
@@ -130,16 +156,21 @@ class RenderedSeries:
 
     def core_lines(self, count: int) -> list[tuple[int, bytes]]:
         """(family index, line) of the first ``count`` core lines."""
-        lines = self.core_joined.splitlines(keepends=True)[:count]
+        lines = _first_lines(self.core_joined, count)
         return list(zip(self.core_families, lines, strict=False))
 
     def metric_lines(self, count: int) -> list[bytes]:
         """The first ``count`` metric lines (only a capped scrape needs them apart; no
-        line holds a raw newline, label values escape it)."""
-        return self.metrics_joined.splitlines(keepends=True)[:count]
+        line holds a raw line feed, label values escape it)."""
+        return _first_lines(self.metrics_joined, count)
 
     @classmethod
-    def of(cls, series: TrainJobSeries) -> RenderedSeries:
+    def of(
+        cls,
+        series: TrainJobSeries,
+        retired: frozenset[str] = NONE_REFUSED,
+        refused: frozenset[tuple[str, str]] = _NO_REFUSALS,
+    ) -> RenderedSeries:
         labels = (
             f'namespace="{escape_label_value(series.namespace)}",'
             f'trainjob="{escape_label_value(series.trainjob)}"'
@@ -157,6 +188,9 @@ class RenderedSeries:
             metrics_joined=metrics.encode(),
             metric_count=len(series.metrics),
             skipped=series.skipped,
+            names=tuple(name for name, _ in series.metrics),
+            retired=retired,
+            refused=refused,
         )
 
 
@@ -183,8 +217,11 @@ class Exporter:
 
     ``max_series`` caps the per-TrainJob series of a scrape (0: no cap); what is over it
     is counted in ``trainjob_status_exported_series_dropped_total`` at every scrape that
-    leaves it out, so the counter rises for as long as the cap bites. ``caches`` are
-    other list+watch caches whose size is exported beside the TrainJob cache's.
+    leaves it out, so the counter rises for as long as the cap bites. ``max_names``
+    bounds the distinct metric names one TrainJob exports over its life (0: no bound);
+    refused names are counted in ``trainjob_status_metric_names_refused_total``.
+    ``caches`` are other list+watch caches whose size is exported beside the TrainJob
+    cache's.
     """
 
     def __init__(
@@ -192,13 +229,17 @@ class Exporter:
         trainjobs: WatchCache,
         *,
         max_series: int = DEFAULT_MAX_SERIES,
+        max_names: int = DEFAULT_MAX_NAMES,
         registry: CollectorRegistry | None = None,
         caches: Sequence[WatchCache] = (),
     ) -> None:
         if max_series < 0:
             raise ValueError("max_series must be >= 0")
+        if max_names < 0:
+            raise ValueError("max_names must be >= 0")
         self.trainjobs = trainjobs
         self.max_series = max_series
+        self.max_names = max_names
         self.registry = server_registry() if registry is None else registry
         self.caches = [trainjobs, *caches]
         self.collector = TrainJobCollector(self)
@@ -250,9 +291,37 @@ class Exporter:
             skipped = newly_skipped(NONE_SKIPPED if old is None else old.skipped, new.skipped)
             if skipped:
                 selfmetrics.METRIC_VALUES_SKIPPED.inc(skipped)
-            rendered = RenderedSeries.of(new)
+            rendered = self._admitted(new, old)
             self._rendered[key] = rendered
             self._total += rendered.count
+
+    def _admitted(self, series: TrainJobSeries, old: RenderedSeries | None) -> RenderedSeries:
+        """``series`` rendered with only the metric names its TrainJob may export; counts
+        the names refused that its previous version did not already refuse."""
+        names = tuple(name for name, _ in series.metrics)
+        over = NONE_REFUSED
+        if old is not None and names == old.names:
+            # The names of the last version again, the common case: all held already.
+            retired = old.retired
+        elif old is None and (self.max_names == 0 or len(names) <= self.max_names):
+            retired = NONE_REFUSED
+        else:
+            held = NONE_REFUSED if old is None else old.held
+            names, over = admit(names, held, self.max_names)
+            if over:
+                kept = tuple(m for m in series.metrics if m[0] not in over)
+                series = replace(series, metrics=kept)
+            # Usually empty (a job keeps its names): then shared, not one set per TrainJob.
+            retired = held.difference(names) or NONE_REFUSED
+        refused = _NO_REFUSALS
+        if over or series.unexportable:
+            refused = frozenset(
+                [("limit", name) for name in over]
+                + [("characters", name) for name in series.unexportable]
+            )
+            for reason, _ in refused - (_NO_REFUSALS if old is None else old.refused):
+                selfmetrics.METRIC_NAMES_REFUSED.labels(reason).inc()
+        return RenderedSeries.of(series, retired, refused)
 
     def selection(self) -> Iterator[tuple[Key, RenderedSeries, int, int]]:
         """(TrainJob, its lines, core series kept, metric series kept) for one scrape;
@@ -307,15 +376,17 @@ class TrainJobCollector:
 
     def collect(self) -> Iterable[Metric]:
         families = [GaugeMetricFamily(f.name, f.help, labels=f.labels) for f in FAMILIES]
-        for key, _, core, metrics in self.exporter.selection():
+        for key, rendered, core, metrics in self.exporter.selection():
             # The cache holds what the lines were rendered from: listeners run on each
             # change, so the two never disagree between events.
             held = self.exporter.trainjobs.get(*key)
             series = series_of(held) if held is not None else None
             if series is None:
                 continue
+            allowed = set(rendered.names)
+            admitted = [(name, value) for name, value in series.metrics if name in allowed]
             for family, value in series.core[:core]:
                 families[_INDEX[family]].add_metric([series.namespace, series.trainjob], value)
-            for name, value in series.metrics[:metrics]:
+            for name, value in admitted[:metrics]:
                 families[_METRIC_INDEX].add_metric([series.namespace, series.trainjob, name], value)
         return families

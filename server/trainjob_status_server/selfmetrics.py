@@ -58,3 +58,14 @@ CACHE_OBJECTS = Gauge(
 INJECTIONS = Counter(
     "trainjob_status_injections", "Pods seen by the injector webhook, by result.", ["result"]
 )
+NAME_REFUSALS = ("characters", "limit")
+METRIC_NAMES_REFUSED = Counter(
+    "trainjob_status_metric_names_refused",
+    "Metric names a TrainJob reported and trainjob_metric does not export, counted once per"
+    " TrainJob while it keeps reporting them, by reason: characters (a control character,"
+    " line separator or unpaired surrogate, which the formats cannot escape), limit (the"
+    " TrainJob already exported --max-metric-names-per-trainjob distinct names).",
+    ["reason"],
+)
+for _reason in NAME_REFUSALS:
+    METRIC_NAMES_REFUSED.labels(_reason)

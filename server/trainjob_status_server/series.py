@@ -4,6 +4,13 @@ I/O, no clock, no registry).
 The exporter calls ``series_of`` on every watch event and renders the result at scrape
 time; the kubectl plugin reads its figures through ``parse_time``. User metric names
 are only ever label values (``trainjob_metric{name="..."}``), never metric names.
+
+What a client sends is exported escaped or not at all: both exposition formats escape a
+backslash, a double quote and a line feed in a label value and have no escape for any
+other control character, so a name holding one (or a line separator, or an unpaired
+surrogate, which is no UTF-8 at all) is refused rather than written raw, where it could
+split or end a line for some reader and put terminal controls in front of whoever reads
+the page. Over time one TrainJob exports ``admit``'s limit of distinct names at most.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -68,8 +76,12 @@ CORE = (LAST_UPDATE, PROGRESS, ESTIMATED_REMAINING)
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 
 
+# No escape exists for these in either format (a line feed has one; see the docstring).
+_UNEXPORTABLE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
 NONE_SKIPPED: frozenset[tuple[str, str]] = frozenset()
 """Shared by every TrainJob with nothing skipped (216 B each otherwise)."""
+NONE_REFUSED: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +90,8 @@ class TrainJobSeries:
 
     ``core`` holds (family name, value) in ``CORE`` order, for the fields that are set;
     ``metrics`` (metric name, value) in the order reported, each name once; ``skipped``
-    the (name, value) pairs left out because the value is not a finite number.
+    the (name, value) pairs left out because the value is not a finite number;
+    ``unexportable`` the names left out because ``exportable`` refuses them.
     """
 
     namespace: str
@@ -86,6 +99,7 @@ class TrainJobSeries:
     core: tuple[tuple[str, float], ...] = ()
     metrics: tuple[tuple[str, float], ...] = ()
     skipped: frozenset[tuple[str, str]] = NONE_SKIPPED
+    unexportable: frozenset[str] = NONE_REFUSED
 
     @property
     def count(self) -> int:
@@ -94,7 +108,9 @@ class TrainJobSeries:
 
 
 def series_of(trainjob: Mapping[str, Any]) -> TrainJobSeries | None:
-    """The series of a TrainJob object; None when it has no ``status.trainerStatus``.
+    """The series of a TrainJob object; None when it has no ``status.trainerStatus``, or
+    a namespace or name that cannot be exported (the API server's name rules make that
+    impossible, but nothing here trusts the source).
 
     Fields that are missing or of the wrong type yield no series (status written by a
     writer other than us passed the CRD's schema, but nothing here trusts that).
@@ -104,6 +120,9 @@ def series_of(trainjob: Mapping[str, Any]) -> TrainJobSeries | None:
     if not isinstance(trainer, dict):
         return None
     meta = trainjob.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    if not (exportable(namespace) and exportable(name)):
+        return None
     fields: dict[str, float] = {}
     stamp = trainer.get("lastUpdatedTime")
     if isinstance(stamp, str) and (seconds := parse_time(stamp)) is not None:
@@ -114,24 +133,32 @@ def series_of(trainjob: Mapping[str, Any]) -> TrainJobSeries | None:
     remaining = _integer(trainer.get("estimatedRemainingSeconds"))
     if remaining is not None:
         fields[ESTIMATED_REMAINING] = float(remaining)
-    metrics, skipped = _metrics(trainer.get("metrics"))
+    metrics, skipped, unexportable = _metrics(trainer.get("metrics"))
     return TrainJobSeries(
-        namespace=_text(str(meta.get("namespace") or "")),
-        trainjob=_text(str(meta.get("name") or "")),
+        namespace=namespace,
+        trainjob=name,
         core=tuple((family, fields[family]) for family in CORE if family in fields),
         metrics=metrics,
         skipped=skipped,
+        unexportable=unexportable,
     )
+
+
+def exportable(text: str) -> bool:
+    """Whether ``text`` can be a label value on the page: every character is written
+    as is or with one of the formats' escapes (backslash, double quote, line feed)."""
+    # isprintable (in C) holds for most names and implies the answer.
+    return text.isprintable() or _UNEXPORTABLE.search(text) is None
 
 
 def _metrics(
     items: Any,
-) -> tuple[tuple[tuple[str, float], ...], frozenset[tuple[str, str]]]:
+) -> tuple[tuple[tuple[str, float], ...], frozenset[tuple[str, str]], frozenset[str]]:
     # The API's list of {name, value} objects, or a cache view's (name, value) pairs.
     if isinstance(items, list):
         items = metric_pairs(items)
     elif not isinstance(items, tuple):
-        return (), NONE_SKIPPED
+        return (), NONE_SKIPPED, NONE_REFUSED
     # A name reported twice would give two samples with the same labels, which
     # Prometheus rejects: the last one reported wins, as in a JSON object.
     latest: dict[str, str] = {}
@@ -141,13 +168,47 @@ def _metrics(
             latest[name] = value
     exported: list[tuple[str, float]] = []
     skipped: set[tuple[str, str]] = set()
+    unexportable: set[str] = set()
     for name, value in latest.items():
-        number = parse_number(value)
-        if number is None:
+        if not exportable(name):
+            unexportable.add(name)
+        elif (number := parse_number(value)) is None:
             skipped.add((name, value))
         else:
-            exported.append((_text(name), number))
-    return tuple(exported), frozenset(skipped) if skipped else NONE_SKIPPED
+            exported.append((name, number))
+    return (
+        tuple(exported),
+        frozenset(skipped) if skipped else NONE_SKIPPED,
+        frozenset(unexportable) if unexportable else NONE_REFUSED,
+    )
+
+
+def admit(
+    names: Sequence[str], held: AbstractSet[str], limit: int
+) -> tuple[tuple[str, ...], frozenset[str]]:
+    """Which of a TrainJob's metric ``names`` (in the order reported) it may export,
+    given ``held``, every name it was let export before: (admitted names in order, the
+    names refused).
+
+    A name held before is always admitted; a new one only while the TrainJob holds
+    fewer than ``limit`` names (0: no limit). So however often a job renames its
+    metrics, it yields ``limit`` distinct ``trainjob_metric`` series at most over its
+    life, and a job that keeps its names never meets the limit.
+    """
+    if limit <= 0:
+        return tuple(names), NONE_REFUSED
+    room = limit - len(held)
+    admitted: list[str] = []
+    refused: set[str] = set()
+    for name in names:
+        if name in held:
+            admitted.append(name)
+        elif room > 0:
+            admitted.append(name)
+            room -= 1
+        else:
+            refused.add(name)
+    return tuple(admitted), frozenset(refused) if refused else NONE_REFUSED
 
 
 def parse_number(text: str) -> float | None:
@@ -213,13 +274,3 @@ def _integer(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     return None
-
-
-def _text(text: str) -> str:
-    """``text`` as valid UTF-8: Python's JSON decoder lets lone surrogates through, and
-    one of them would make every scrape fail to encode."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "replace").decode("utf-8")
-    return text

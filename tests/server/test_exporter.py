@@ -475,6 +475,7 @@ async def test_the_page_holds_self_metrics_process_metrics_and_cache_sizes(
         "trainjob_status_pending_writes",
         "trainjob_status_metric_values_skipped",
         "trainjob_status_exported_series_dropped",
+        "trainjob_status_metric_names_refused",
         "trainjob_status_cache_objects",
         "process_cpu_seconds",
         "process_resident_memory_bytes",
@@ -502,3 +503,50 @@ def test_a_server_registry_is_its_own() -> None:
 async def test_negative_cap_is_refused(server: StatusServer) -> None:
     with pytest.raises(ValueError, match="max_series must be >= 0"):
         Exporter(server.trainjobs, max_series=-1)
+
+
+# -- the name limit's default ------------------------------------------------------------
+
+
+async def test_the_default_name_limit_admits_a_full_status_twice(
+    poster: Poster, devcluster: DevCluster, start_exporter: ExporterFactory
+) -> None:
+    _, scraper = await start_exporter()
+    devcluster.create_trainjob(NS, "big")
+    for second, prefix in enumerate(("a", "b", "c")):
+        metrics = [{"name": f"{prefix}{i}", "value": "1"} for i in range(256)]
+        body = {"trainerStatus": {"metrics": metrics, "lastUpdatedTime": stamp(second)}}
+        assert (await poster.post("big", body))[0] == 200
+        want = T0.timestamp() + second
+        page = await scraper.until(
+            lambda page, want=want: page.samples().get((LAST_UPDATE, labels("big"))) == want
+        )
+        names = {
+            dict(key[1])["name"] for key in page.samples(METRIC) if ("trainjob", "big") in key[1]
+        }
+        assert len(names) == (256 if prefix != "c" else 0)
+
+
+async def test_a_negative_name_limit_is_refused(server: StatusServer) -> None:
+    with pytest.raises(ValueError, match="max_names must be >= 0"):
+        Exporter(server.trainjobs, max_names=-1)
+
+
+async def test_the_collector_leaves_out_the_same_names(
+    poster: Poster, devcluster: DevCluster, start_exporter: ExporterFactory
+) -> None:
+    exporter, scraper = await start_exporter(max_names=2)
+    devcluster.create_trainjob(NS, "tj")
+    for second, names in enumerate((["a", "b"], ["c", "b", "x\ry", "a"])):
+        metrics = [{"name": n, "value": "1"} for n in names]
+        body = {"trainerStatus": {"metrics": metrics, "lastUpdatedTime": stamp(second)}}
+        assert (await poster.post("tj", body))[0] == 200
+    want = T0.timestamp() + 1
+    page = await scraper.until(lambda page: page.samples().get((LAST_UPDATE, labels("tj"))) == want)
+    assert page.samples(METRIC) == {
+        (METRIC, labels("tj", name="b")): 1.0,
+        (METRIC, labels("tj", name="a")): 1.0,
+    }
+    registry = CollectorRegistry()
+    registry.register(exporter.collector)
+    assert generate_latest(registry) == exporter.trainjob_exposition()

@@ -9,6 +9,7 @@ import datetime as dt
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -25,6 +26,7 @@ from rich.console import Console
 from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.kube import KubeClient
 from trainjob_status_server.kubectl_trainjob.command import kubeconfig_file
+from trainjob_status_server.kubectl_trainjob.output import yaml_text
 from trainjob_status_server.kubectl_trainjob.rows import (
     Row,
     chosen_metrics,
@@ -35,6 +37,7 @@ from trainjob_status_server.kubectl_trainjob.rows import (
     table,
     updated_text,
 )
+from trainjob_status_server.kubectl_trainjob.terminal import printable
 
 GROUP = "trainer.kubeflow.org"
 NOW = dt.datetime(2026, 12, 2, 18, 33, 25, tzinfo=dt.UTC).timestamp()
@@ -156,6 +159,74 @@ def test_table_layout() -> None:
         "team-a      b      ████████░░░░░░░░░░░░  42%   61m   90s ago   0.25   -",
         "x           a      -                           -     -         -      -",
     ]
+
+
+# What a hostile writer may put in any string the plugin prints: a screen clear, a
+# recolour, a terminal hyperlink, a window title, Rich markup, a bidi override, NUL.
+HOSTILE = (
+    "\x1b[2J\x1b[H\x1b]8;;http://evil.example/\x07click\x1b]8;;\x07"
+    "\x1b]0;title\x1b\\[red]x[/red][link=http://e]y[/link]\u202ez\x00\x9b31m\x7f!"
+)
+SHOWN = "click[red]x[/red][link=http://e]y[/link]z!"
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("plain λόγος 🚀", "plain λόγος 🚀"),
+        ("\x1b[31mred\x1b[0m", "red"),
+        ("\x1b[2J\x1b[3J\x1bc", ""),
+        ("\x1b]8;;http://x/\x07link\x1b]8;;\x07", "link"),
+        ("\x1b]8;;http://x/\x1b\\link\x1b]8;;\x1b\\", "link"),
+        ("\x1b]0;title", ""),
+        ("\x9b2J\x9d0;t\x9cok", "ok"),
+        ("\x1bP+q\x1b\\dcs", "dcs"),
+        ("a\tb\nc\rd\x85e\u2028f", "a b c d e f"),
+        ("\u202eevil\u202c \u2066x\u2069 \u200f", "evil x "),
+        ("nul\x00bel\x07del\x7fc1\x80", "nulbeldelc1"),
+        ("[bold]markup[/bold]", "[bold]markup[/bold]"),
+        ("lone\ud800", "lone"),
+        (HOSTILE, SHOWN),
+    ],
+)
+def test_printable_drops_escape_sequences_and_controls(raw: str, shown: str) -> None:
+    assert printable(raw) == shown
+
+
+def no_control_bytes(text: str) -> bool:
+    """Nothing but line feeds below the space, no DEL, C1, bidi control or ESC."""
+    return not any(
+        (ord(ch) < 0x20 and ch != "\n")
+        or 0x7F <= ord(ch) <= 0x9F
+        or ch in "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+        for ch in text
+    )
+
+
+def test_the_table_shows_hostile_strings_literally_and_without_controls() -> None:
+    row = Row(
+        "team-a",
+        "tj",
+        progress=5,
+        last_updated=HOSTILE,
+        metrics=(("loss", HOSTILE), ("acc", "[red]0.9[/red]")),
+    )
+    console = Console(file=io.StringIO(), width=400, force_terminal=True, color_system="truecolor")
+    console.print(table([row], metrics=["loss", "acc", "[b]col[/b]"], all_namespaces=True, now=NOW))
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    # A terminal console styles the bar and headers itself; nothing else may.
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", out)
+    assert no_control_bytes(plain)
+    for raw in ("\x1b]", "\x1b[2J", "\x1b[H"):
+        assert raw not in out
+    assert f"{SHOWN}   {SHOWN}   [red]0.9[/red]   -" in plain
+    assert "[b]col[/b]" in plain
+
+
+def test_yaml_escapes_bidi_controls_and_keeps_other_text_as_is() -> None:
+    assert yaml_text({"m": "λόγος"}) == "m: λόγος\n"
+    assert yaml_text({"m": "\u202eλ", "n": "\x1b"}) == 'm: "\\u202E\\u03BB"\nn: "\\e"\n'
+    assert yaml.safe_load(yaml_text({"m": "\u202eλ"})) == {"m": "\u202eλ"}
 
 
 def test_kubeconfig_is_found_as_kubectl_finds_it(
@@ -391,6 +462,35 @@ class TestThroughKubectl:
         both = await kubectl.run("trainjob", "progress", "-n", "x", "-A")
         assert both.code == 2
         assert "not allowed with argument" in both.err
+
+    async def test_hostile_cluster_strings_print_literally_and_without_controls(
+        self, kubectl: Kubectl, kube: KubeClient, devcluster: DevCluster
+    ) -> None:
+        devcluster.create_trainjob("team-a", "evil")
+        metrics = [
+            {"name": "note", "value": HOSTILE[:64]},
+            {"name": HOSTILE[:64], "value": "1"},
+            {"name": "bidi", "value": "\u202eevil λ"},
+        ]
+        await report(
+            kube,
+            "team-a",
+            "evil",
+            progressPercentage=1,
+            lastUpdatedTime="2026-12-02T18:33:25Z",
+            metrics=metrics,
+        )
+        shown = printable(HOSTILE[:64])
+        out = await kubectl.ok("trainjob", "progress", "-n", "team-a", "--metric", "note")
+        assert no_control_bytes(out)
+        assert out.splitlines()[1].endswith(f"   {shown}")
+        assert shown == "click[red]x[/r"  # the markup, cut at 64 characters, as text
+        # Scripts get the stored strings exactly, escaped by JSON and YAML themselves.
+        for fmt, load in (("json", json.loads), ("yaml", yaml.safe_load)):
+            out = await kubectl.ok("trainjob", "progress", "-n", "team-a", "-o", fmt)
+            for raw in ("\x1b", "\x00", "\x07", "\x7f", "\x9b", "\u202e"):
+                assert raw not in out
+            assert load(out)["items"][0]["metrics"] == metrics
 
     async def test_a_refusal_is_the_apis_message(
         self, kubectl: Kubectl, devcluster: DevCluster, jobs: float, tmp_path: Path

@@ -32,7 +32,9 @@ from trainjob_status_server.series import (
     METRIC,
     PROGRESS,
     TrainJobSeries,
+    admit,
     allowance,
+    exportable,
     newly_skipped,
     parse_number,
     parse_time,
@@ -244,16 +246,101 @@ def test_times_that_do_not_parse(text: str) -> None:
     assert series.core == ((PROGRESS, 0.01),)
 
 
-def test_lone_surrogates_are_replaced_so_the_page_always_encodes() -> None:
+# Every character a client can send that neither format can escape: C0 but the line feed,
+# DEL, C1 (NEL among them), the Unicode line and paragraph separators, lone surrogates.
+UNEXPORTABLE = [chr(c) for c in (*range(0x0A), *range(0x0B, 0x20), *range(0x7F, 0xA0))] + [
+    "\u2028",
+    "\u2029",
+    "\ud800",
+    "\udfff",
+]
+
+
+@pytest.mark.parametrize("char", UNEXPORTABLE, ids=lambda c: f"U+{ord(c):04X}")
+def test_names_with_a_character_no_format_can_escape_are_refused(char: str) -> None:
+    assert not exportable(f"loss{char}x")
     series = series_of(
-        trainjob({"metrics": metrics(("loss\ud800", "1"))}, name="tj\udfff", namespace="a")
+        trainjob(
+            {"metrics": metrics((f"loss{char}x", "1"), ("loss", "2"), (f"{char}", "x"))},
+            name="tj",
+        )
     )
     assert series is not None
-    assert (series.trainjob, series.metrics) == ("tj?", (("loss?", 1.0),))
+    # Refused, not replaced: "loss\ud800" and "loss\udfff" would both become "loss?",
+    # two samples with the same labels.
+    assert series.metrics == (("loss", 2.0),)
+    assert series.unexportable == {f"loss{char}x", char}
+    assert series.skipped == frozenset()
+
+
+@pytest.mark.parametrize(
+    "name", ['he said "hi"', "C:\\", "two\nlines", "λόγος 🚀", "\u202e", "\xa0"]
+)
+def test_names_the_formats_can_escape_or_hold_are_exported(name: str) -> None:
+    assert exportable(name)
+    series = series_of(trainjob({"metrics": metrics((name, "1"))}))
+    assert series is not None
+    assert (series.metrics, series.unexportable) == (((name, 1.0),), frozenset())
+
+
+@pytest.mark.parametrize(
+    ("name", "namespace"), [("tj\udfff", "a"), ("tj", "a\rb"), ("t\x1bj", "a")]
+)
+def test_a_trainjob_whose_name_cannot_be_exported_yields_no_series(
+    name: str, namespace: str
+) -> None:
+    assert series_of(trainjob({"progressPercentage": 1}, name=name, namespace=namespace)) is None
+
+
+def test_capped_lines_are_cut_at_line_feeds_only() -> None:
+    # Lines rendered from names holding a carriage return (as an older page did) still
+    # come apart whole: the cut is at the format's one line end.
+    series = TrainJobSeries(
+        "a", "tj", core=((LAST_UPDATE, 1.0),), metrics=(("x\ry", 1.0), ("z\x0b\x0c\x1c", 2.0))
+    )
     rendered = RenderedSeries.of(series)
     assert rendered.metric_lines(1) == [
-        b'trainjob_metric{name="loss?",namespace="a",trainjob="tj?"} 1.0\n',
+        b'trainjob_metric{name="x\ry",namespace="a",trainjob="tj"} 1.0\n'
     ]
+    assert b"".join(rendered.metric_lines(2)) == rendered.metrics_joined
+    assert rendered.metric_lines(5) == rendered.metric_lines(2)
+    assert rendered.core_lines(1) == [
+        (2, b'trainjob_last_update_timestamp_seconds{namespace="a",trainjob="tj"} 1.0\n')
+    ]
+
+
+# -- the name limit --------------------------------------------------------------------------
+
+
+def test_admit_lets_new_names_in_until_the_limit_then_only_held_ones() -> None:
+    assert admit(["a", "b"], frozenset(), 3) == (("a", "b"), frozenset())
+    assert admit(["c", "d", "a"], frozenset({"a", "b"}), 3) == (("c", "a"), frozenset({"d"}))
+    # At the limit: the names held before keep being exported, in the order reported.
+    assert admit(["e", "b", "c"], frozenset({"a", "b", "c"}), 3) == (("b", "c"), frozenset({"e"}))
+    assert admit([], frozenset({"a"}), 1) == ((), frozenset())
+
+
+def test_admit_without_a_limit_admits_everything() -> None:
+    names = [f"m{i}" for i in range(1000)]
+    assert admit(names, frozenset(), 0) == (tuple(names), frozenset())
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from("abcdefghij"), unique=True, max_size=6), max_size=12),
+    st.integers(1, 6),
+)
+def test_admit_bounds_the_names_ever_held(posts: list[list[str]], limit: int) -> None:
+    held: frozenset[str] = frozenset()
+    for names in posts:
+        admitted, refused = admit(names, held, limit)
+        assert set(admitted) | refused == set(names)
+        assert not set(admitted) & refused
+        assert [n for n in names if n in admitted] == list(admitted)
+        # A name once admitted is never refused later.
+        assert not refused & held
+        held = held | set(admitted)
+        assert len(held) <= limit
 
 
 # -- the skip count ------------------------------------------------------------------------
@@ -410,9 +497,10 @@ def test_any_metric_names_round_trip_through_both_parsers(
         )
     )
     assert series is not None
+    assert series.unexportable == {name for name, _ in pairs if not exportable(name)}
     text = ours(series)
     assert text == reference(series)
-    expected = [(name.encode("utf-8", "replace").decode(), float(value)) for name, value in pairs]
+    expected = [(name, float(value)) for name, value in pairs if exportable(name)]
     parsed = {f.name: f for f in parse_text(text.decode())}
     assert [(s.labels["name"], s.value) for s in parsed[METRIC].samples] == expected
     assert [s.value for s in parsed[PROGRESS].samples] == [progress / 100]

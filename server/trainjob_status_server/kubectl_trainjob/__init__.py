@@ -13,7 +13,8 @@ change when piped); ``-o json|yaml`` prints the same figures for scripts (with `
 one document per change). The figures are formatted by pure functions; the I/O is the
 shared KubeClient and WatchCache.
 
-Modules: ``rows`` (the figures of one TrainJob and their formatting, pure), ``output``
+Modules: ``rows`` (the figures of one TrainJob and their formatting, pure), ``terminal``
+(cluster strings made safe to print, pure), ``output``
 (table, JSON, YAML; redraws), ``command`` (flags, kubeconfig, list and watch).
 """
 

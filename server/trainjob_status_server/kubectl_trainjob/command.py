@@ -23,6 +23,7 @@ from ..kube.resources import TRAINJOBS
 from ..kube.store import CacheEvent
 from .output import View, selected
 from .rows import Row, row_of
+from .terminal import printable
 
 REFRESH_SECONDS = 1.0  # a terminal table redraws this often so the ages move on
 USER_AGENT = "kubectl-trainjob"
@@ -101,7 +102,7 @@ async def progress(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if not args.watch:
             if not rows and view.output is None:
                 where = "" if namespace is None else f" in {namespace} namespace"
-                err.write(f"No resources found{where}.\n")
+                err.write(printable(f"No resources found{where}.") + "\n")
                 return 0
             view.snapshot(rows)
             return 0
@@ -223,15 +224,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(progress(args, sys.stdout, sys.stderr))
     except KeyboardInterrupt:
         return 130
+    # What an error says may come from the API server (or whatever answers in its
+    # place): printed as printable text only.
     except KubeConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(printable(f"error: {exc}"), file=sys.stderr)
     except KubeError as exc:
         if exc.status == 404:  # a list answers 404 only when the resource type is missing
             print('error: the server doesn\'t have a resource type "trainjobs"', file=sys.stderr)
         else:
-            print(f"Error from server ({exc.reason}): {exc.message}", file=sys.stderr)
+            print(printable(f"Error from server ({exc.reason}): {exc.message}"), file=sys.stderr)
     except KubeUnavailable as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(printable(f"error: {exc}"), file=sys.stderr)
     except BrokenPipeError:
         # `kubectl trainjob progress | head`: the reader has gone; so do we.
         sys.stderr.close()

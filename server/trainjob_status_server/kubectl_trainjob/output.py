@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Iterable, Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 import yaml
 from rich.console import Console
@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from .rows import Row, chosen_metrics, document, table
+from .terminal import has_bidi_control
 
 
 class View:
@@ -48,7 +49,7 @@ class View:
             self.out.write(json.dumps({"items": items}, indent=2) + "\n")
         elif self.output == "yaml":
             items = [document(row, self.metrics) for row in sorted_rows(rows)]
-            self.out.write(yaml.safe_dump({"items": items}, sort_keys=False, allow_unicode=True))
+            self.out.write(yaml_text({"items": items}))
         elif self.live is not None:
             self.live.update(self.table(rows), refresh=True)
         else:
@@ -65,8 +66,20 @@ class View:
         if self.output == "json":
             self.out.write(json.dumps(doc) + "\n")
         else:
-            self.out.write("---\n" + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+            self.out.write("---\n" + yaml_text(doc))
         self.out.flush()
+
+
+def yaml_text(doc: Any) -> str:
+    """``doc`` as YAML, non-ASCII text as is unless it holds a bidirectional control.
+
+    YAML escapes every other control character itself, but writes these as they are
+    when it may write Unicode, and a terminal would then show the text reordered.
+    """
+    text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
+    if has_bidi_control(text):
+        return yaml.safe_dump(doc, sort_keys=False, allow_unicode=False)
+    return text
 
 
 def sorted_rows(rows: Iterable[Row]) -> list[Row]:

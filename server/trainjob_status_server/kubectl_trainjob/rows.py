@@ -12,6 +12,7 @@ from rich.text import Text
 
 from ..kube.resources import Obj, key_of
 from ..series import parse_time
+from .terminal import printable
 
 BAR_WIDTH = 20
 
@@ -134,23 +135,31 @@ def document(row: Row, metrics: Sequence[str] = ()) -> dict[str, Any]:
 def table(
     rows: Iterable[Row], *, metrics: Sequence[str], all_namespaces: bool, now: float
 ) -> Table:
-    """The progress table (kubectl's layout: no borders, upper-case headers)."""
+    """The progress table (kubectl's layout: no borders, upper-case headers).
+
+    Every cell and header is a ``Text`` of ``printable`` text: the strings come from the
+    cluster (and the command line), and Rich would read a plain string as markup.
+    """
     out = Table(box=None, pad_edge=False, padding=(0, 3, 0, 0), header_style="bold")
     headers = [*(["NAMESPACE"] if all_namespaces else []), "NAME", "PROGRESS", "ETA", "UPDATED"]
     for header in [*headers, *metrics]:
-        out.add_column(header, no_wrap=True)
+        out.add_column(_cell(header), no_wrap=True)
     for row in sorted(rows, key=lambda r: (r.namespace, r.name)):
-        cells: list[str | Text] = [row.namespace] if all_namespaces else []
+        cells = [_cell(row.namespace)] if all_namespaces else []
         bar = progress_bar(row.progress)
         cells += [
-            row.name,
+            _cell(row.name),
             Text(bar, style="green" if row.progress == 100 else "cyan"),
-            eta_text(row),
-            updated_text(row, now),
+            _cell(eta_text(row)),
+            _cell(updated_text(row, now)),
         ]
-        cells += [row.metric(name) or "-" for name in metrics]
+        cells += [_cell(row.metric(name) or "-") for name in metrics]
         out.add_row(*cells)
     return out
+
+
+def _cell(text: str) -> Text:
+    return Text(printable(text))
 
 
 def chosen_metrics(values: Sequence[str] | None) -> list[str]:
