@@ -112,6 +112,8 @@ class Config:
                 problems.append(f"--{name.replace('_', '-')} must be > 0")
         if self.max_exported_series < 0:
             problems.append("--max-exported-series must be >= 0 (0: no cap)")
+        if self.max_metric_names_per_trainjob < 0:
+            problems.append("--max-metric-names-per-trainjob must be >= 0 (0: no limit)")
         if self.max_connections < 1:
             problems.append("--max-connections must be >= 1")
         problems += self._deploy_problems()

@@ -75,6 +75,9 @@ def test_checks() -> None:
     assert parse("--insecure-http", "--kube-api-qps", "0").check() == [
         "--kube-api-qps must be > 0 and --kube-api-burst >= 1"
     ]
+    assert parse("--insecure-http", "--max-metric-names-per-trainjob", "-1").check() == [
+        "--max-metric-names-per-trainjob must be >= 0 (0: no limit)"
+    ]
 
 
 def test_serve_refuses_to_start_without_tls() -> None:
