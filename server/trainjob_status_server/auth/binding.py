@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import errors
+from ..budgets import unavailable_for
 from ..kube.cache import WatchCache
 from ..kube.client import KubeClient
 from ..kube.errors import KubeError, KubeUnavailable
@@ -103,12 +104,14 @@ class _Bounded(OrderedDict[Any, Any]):
 
 
 class PodBinding:
-    """``start()`` launches the pod cache; ``ready`` once it has listed."""
+    """``start()`` launches the pod cache; ``ready`` once it has listed. Fetches spend
+    ``kube``; the cache lists and watches with ``watch`` (default ``kube``)."""
 
     def __init__(
         self,
         kube: KubeClient,
         *,
+        watch: KubeClient | None = None,
         label_selector: str | None = TRAINJOB_PODS,
         require_membership: bool = True,
         leeway: float = 60.0,
@@ -118,7 +121,13 @@ class PodBinding:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
-        self.pods = WatchCache(kube, PODS, label_selector=label_selector, transform=_pod_view)
+        self.pods = WatchCache(
+            watch if watch is not None else kube,
+            PODS,
+            label_selector=label_selector,
+            transform=_pod_view,
+            fetch_client=kube,
+        )
         self.require_membership = require_membership
         self.leeway = leeway
         self.negative_ttl = negative_ttl
@@ -192,7 +201,9 @@ class PodBinding:
         try:
             # A caller that gives up must not cancel the others' request.
             fetched = await asyncio.shield(fetch)
-        except (KubeError, KubeUnavailable) as exc:
+        except KubeUnavailable as exc:
+            raise unavailable_for(exc) from exc
+        except KubeError as exc:
             raise errors.unavailable() from exc
         if fetched is None or uid_of(fetched) != uid:
             reason = failures.POD_GONE if fetched is None else failures.POD_UID
