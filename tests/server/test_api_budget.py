@@ -28,7 +28,7 @@ from trainjob_status_server.kube.ratelimit import TokenBucket
 from trainjob_status_server.webhook import INJECT_PATH
 
 from .conftest import GROUP, NS, ServingCerts, status_path, with_changes
-from .test_auth_support import FakeClock, add_pod, mint, tampered
+from .test_auth_support import FakeClock, add_pod, claims_of, mint, tampered, unsigned, until
 from .test_auth_support import running as running_with_tokens
 from .test_webhook_support import ANCESTOR, pod, review
 
@@ -290,3 +290,50 @@ async def test_one_forged_token_costs_one_review_however_often_it_is_sent(
         for _ in range(3):
             assert (await rig.post(fake))[0] == 401
         assert cluster.faults.count("create", "tokenreviews") == reviews + 2
+
+
+# -- what a stranger can reach --------------------------------------------------------------
+
+
+async def test_nothing_a_client_without_a_valid_token_sends_reaches_the_api(
+    cluster: DevCluster, config: Config, certs: ServingCerts
+) -> None:
+    async with running_with_tokens(cluster, config, certs, server_budgets=True) as rig:
+        token = mint(cluster)
+        other = mint(
+            cluster, aud="trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs/x/status"
+        )
+        # Start-up done: both watches open, the JobSet list (no such CRD here) refused.
+        steps = rig.server.jobset_steps
+        assert steps is not None
+        await until(lambda: cluster.faults.count("watch") >= 2 and steps.jobsets.unavailable)
+        # Every request the cluster serves from now on (open watches aside) is counted.
+        seen = cluster.faults.stall(0.0, times=None, path=".*")
+        posts = {
+            "no token": None,
+            "not a JWT": "garbage",
+            "alg none": unsigned({"alg": "none", "typ": "JWT"}, claims_of(token)),
+            "bad signature": forged(token, 1),
+            "another TrainJob's audience": other,
+        }
+        for what, bearer in posts.items():
+            code, _, _ = await rig.post(bearer)
+            assert code in (401, 403), what
+        server = rig.server
+        for method, url in [
+            ("GET", server.url + "/healthz"),
+            ("GET", server.url + "/readyz"),
+            ("GET", server.url + status_path(NS, TJ)),
+            ("PUT", server.url + "/api/v1/namespaces/team-a/pods"),
+            ("GET", server.metrics_url + "/metrics"),
+            ("GET", server.metrics_url + "/healthz"),
+            ("GET", server.metrics_url + "/readyz"),
+        ]:
+            async with rig.session.request(method, url) as response:
+                await response.read()
+                assert response.status in (200, 404), (method, url)
+        for i, labels in enumerate([{ANCESTOR: "trainer"}, {}]):
+            body = review(pod(f"ghost-{i}-0", trainjob=f"ghost-{i}", labels=labels))
+            async with rig.session.post(server.url + INJECT_PATH, json=body) as response:
+                assert response.status == 200
+        assert seen.hits == 0
