@@ -75,6 +75,10 @@ def test_checks() -> None:
     assert parse("--insecure-http", "--kube-api-qps", "0").check() == [
         "--kube-api-qps must be > 0 and --kube-api-burst >= 1"
     ]
+    assert parse("--insecure-http", "--kube-auth-burst", "0", "--kube-watch-qps", "-1").check() == [
+        "--kube-auth-qps must be > 0 and --kube-auth-burst >= 1",
+        "--kube-watch-qps must be > 0 and --kube-watch-burst >= 1",
+    ]
 
 
 def test_serve_refuses_to_start_without_tls() -> None:
