@@ -12,6 +12,11 @@ labels together with those of the JobSet replicated job that made it, because th
 where a TrainingRuntime puts ``trainer.kubeflow.org/trainjob-ancestor-step: trainer``:
 on the Job template, which Kubernetes does not copy onto pods. What the patch does is
 decided in ``injection.py``.
+
+The port is open to every pod, and a review can name anything: TrainJobs and JobSets
+come from watch caches, so no review causes a Kubernetes API request. A name the caches
+lack is waited for briefly (the watch may trail the object's creation), then taken as
+missing.
 """
 
 from __future__ import annotations
