@@ -1,6 +1,7 @@
 """What a flood of pod admissions naming unknown TrainJobs costs: Kubernetes API requests,
-the admissions' own answer times and outcomes, and the delay of one valid status write
-posted in the middle of it, against the same write with no flood, in one run.
+the admissions' own answer times, the delay of one valid status write posted in the
+middle of it (against the same write with no flood, in one run), and whether a pod of
+the real TrainJob admitted meanwhile is injected.
 
 In process on one event loop: the devcluster, the server (accept-all authenticator,
 ``--write-mode direct`` so the post is answered when its write is done, every API budget
@@ -30,8 +31,8 @@ ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
 STATUS = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/job/status"
 
 
-def review(i: int, round_: int) -> dict[str, Any]:
-    name = f"ghost-{round_}-{i}"
+def review(i: int, round_: int, trainjob: str | None = None) -> dict[str, Any]:
+    name = trainjob or f"ghost-{round_}-{i}"
     labels = {"jobset.sigs.k8s.io/jobset-name": name, ANCESTOR: "trainer"}
     pod = {
         "apiVersion": "v1",
@@ -94,7 +95,11 @@ async def main(reviews: int, rounds: int) -> None:
                     )
                     await asyncio.sleep(0.05)  # the flood is in flight
                     progress += 1
+                    real = asyncio.create_task(
+                        admit(session, server.url, review(-1, round_, "job"))
+                    )
                     flooded_code, flooded = await post(session, server.url, progress)
+                    injected, real_time = await real
                     answers = await flood
                     gets = cluster.faults.count("get") - before
                     times = sorted(t for _, t in answers)
@@ -104,7 +109,8 @@ async def main(reviews: int, rounds: int) -> None:
                         f"{statistics.median(times) * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms; "
                         f"status write alone {alone * 1000:.1f} ms ({code}), "
                         f"during the flood {flooded * 1000:.1f} ms ({flooded_code}), "
-                        f"ratio {flooded / alone:.2f}"
+                        f"ratio {flooded / alone:.2f}; a pod of the real TrainJob "
+                        f"{'injected' if injected else 'NOT injected'} in {real_time * 1000:.0f} ms"
                     )
                     await asyncio.sleep(2.0)
 
