@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 from collections.abc import AsyncIterator
 from typing import Any
@@ -252,8 +253,9 @@ async def test_forged_tokens_cannot_starve_status_writes_in_token_review_mode(
 
 
 async def test_the_account_limit_applies_before_a_token_review(
-    cluster: DevCluster, config: Config, certs: ServingCerts
+    cluster: DevCluster, config: Config, certs: ServingCerts, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="trainjob_status_server.auth.verifier")
     async with running_with_tokens(
         cluster, config, certs, token_review=True, sa_rate_limit=0.001, sa_rate_burst=3
     ) as rig:
@@ -266,6 +268,10 @@ async def test_the_account_limit_applies_before_a_token_review(
         wait = str(math.ceil(1 / 0.001))
         assert answers == [(401, "Unauthorized", None)] * 3 + [(429, "TooManyRequests", wait)] * 7
         assert cluster.faults.count("create", "tokenreviews") == reviews + 3
+        limited = [r for r in caplog.records if r.getMessage() == "post rate-limited"]
+        assert len(limited) == 7
+        # The subject is the sender's unverified word: not logged.
+        assert not any(hasattr(r, "subject") for r in limited)
         # A refusal remembered for its digest costs neither a review nor a post's token.
         code, _, _ = await rig.post(forged(token, 0))
         assert code == 401

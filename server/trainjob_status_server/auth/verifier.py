@@ -220,15 +220,18 @@ class TokenAuthenticator:
             self._charge(facts.subject, namespace, trainjob)
         return Identity(namespace, facts.service_account, facts.pod_name)
 
-    def _charge(self, subject: str, namespace: str, trainjob: str) -> None:
-        """Spend a token of ``subject``'s bucket, or raise the 429."""
+    def _charge(
+        self, subject: str, namespace: str, trainjob: str, *, verified: bool = True
+    ) -> None:
+        """Spend a token of ``subject``'s bucket, or raise the 429. An unverified
+        subject (before a TokenReview) is the sender's word: it is not logged."""
         wait = self.limiter.take(subject)
         if wait is not None:
             RATE_LIMITED.inc()
-            log.info(
-                "post rate-limited",
-                extra={"subject": subject, "trainjob": f"{namespace}/{trainjob}"},
-            )
+            fields = {"trainjob": f"{namespace}/{trainjob}", "verified": verified}
+            if verified:
+                fields["subject"] = subject
+            log.info("post rate-limited", extra=fields)
             raise errors.too_many_requests(wait)
 
     def _keyset(self) -> KeySet:
@@ -266,7 +269,7 @@ class TokenAuthenticator:
             # one account cannot cost more reviews than its posts may pass.
             self.reviewer.check_refused(digest)
             assert facts.subject is not None  # check_facts has made sure of it
-            self._charge(facts.subject, namespace, trainjob)
+            self._charge(facts.subject, namespace, trainjob, verified=False)
             charged = True
             await self.reviewer.review(token, digest, audience, facts)
             key = None
