@@ -500,3 +500,22 @@ async def test_an_optional_resource_the_cluster_refuses_leaves_the_cache_unavail
         await cache.stop()
     refused = [r for r in caplog.records if "optional resource" in r.getMessage()]
     assert [r.levelname for r in refused] == ["WARNING", "INFO"]
+
+
+async def test_an_optional_resource_listed_but_never_watched_warns_once(
+    devcluster: DevCluster, kube: KubeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trainjob_status_server.kube.cache")
+    devcluster.faults.fail(403, verb="watch", resource="trainjobs", times=None)
+    cache = WatchCache(kube, TRAINJOBS, optional=True, backoff=Backoff(base=0.01, cap=0.01))
+    await cache.start()
+    try:
+        await eventually(lambda: devcluster.faults.count("list", "trainjobs") >= 4)
+    finally:
+        await cache.stop()
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "optional" in r.getMessage()]
+    # Each later refusal and relist is at DEBUG: one warning, however long it lasts.
+    assert said == [
+        ("WARNING", "cannot list an optional resource: carrying on without it"),
+        ("INFO", "optional resource listed"),
+    ]

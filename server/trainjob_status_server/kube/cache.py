@@ -82,6 +82,7 @@ class WatchCache:
         self.fetch_client = fetch_client if fetch_client is not None else client
         self.optional = optional
         self.unavailable = False
+        self._said_missing = self._said_listed = False
         self.watch_seconds = watch_seconds
         self.backoff = backoff
         self.min_watch_seconds = min_watch_seconds
@@ -280,6 +281,8 @@ class WatchCache:
                 if self.optional and exc.status in (403, 404):
                     self._missing(exc)
                     # Not a fault to back off from: the cluster may never serve it.
+                    # Served again, it is listed afresh.
+                    relist = True
                     await asyncio.sleep(self.backoff.cap)
                     continue
                 if exc.status == 410:
@@ -306,7 +309,12 @@ class WatchCache:
     def _missing(self, exc: KubeError) -> None:
         if not self.unavailable:
             self.unavailable = True
-            log.warning(
+            # Once per process: a cluster that lets us list but not watch would
+            # otherwise say it again after every relist.
+            level = logging.DEBUG if self._said_missing else logging.WARNING
+            self._said_missing = True
+            log.log(
+                level,
                 "cannot list an optional resource: carrying on without it",
                 extra=self._log_fields(exc),
             )
@@ -324,7 +332,9 @@ class WatchCache:
         )
         if self.unavailable:
             self.unavailable = False
-            log.info("optional resource listed", extra={"resource": self.resource.qualified})
+            level = logging.DEBUG if self._said_listed else logging.INFO
+            self._said_listed = True
+            log.log(level, "optional resource listed", extra={"resource": self.resource.qualified})
         self.resource_version = listed.resource_version
         items = listed.items if self.transform is None else [self._view(o) for o in listed.items]
         self._notify(*self._store.replace(items, listed.resource_version))
