@@ -42,8 +42,8 @@ client would keep its connection slot after its 408."""
 
 TRAINJOB_ABSENT_SECONDS = 10.0
 """How long a TrainJob the API server said does not exist is taken as missing without
-asking again (unless the watch shows it sooner): posts and pod admissions for a deleted
-or never-created TrainJob cost one GET per period, not one each."""
+asking again (unless the watch shows it sooner): authenticated posts for a deleted or
+never-created TrainJob cost one GET per period, not one each. Pod admissions never ask."""
 
 
 class StatusServer:
@@ -174,6 +174,7 @@ class StatusServer:
         await self.trainjobs.start()
         if self.jobset_steps is not None:
             await self.jobset_steps.start()
+            self.exporter.add_cache(self.jobset_steps.jobsets)
         if self.ca_distribution is not None:
             await self.ca_distribution.start()
         self.exporter.start()

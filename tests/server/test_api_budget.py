@@ -343,3 +343,14 @@ async def test_nothing_a_client_without_a_valid_token_sends_reaches_the_api(
             async with rig.session.post(server.url + INJECT_PATH, json=body) as response:
                 assert response.status == 200
         assert seen.hits == 0
+
+
+async def test_the_jobset_cache_size_is_exported(
+    server: StatusServer, session: aiohttp.ClientSession
+) -> None:
+    steps = server.jobset_steps
+    assert steps is not None
+    await until(lambda: steps.jobsets.unavailable)  # the devcluster serves no JobSets
+    async with session.get(server.metrics_url + "/metrics") as response:
+        text = await response.text()
+    assert 'trainjob_status_cache_objects{resource="jobsets"} 0.0' in text.splitlines()
