@@ -354,3 +354,20 @@ async def test_the_jobset_cache_size_is_exported(
     async with session.get(server.metrics_url + "/metrics") as response:
         text = await response.text()
     assert 'trainjob_status_cache_objects{resource="jobsets"} 0.0' in text.splitlines()
+
+
+async def test_a_forged_token_naming_no_live_pod_costs_no_review(
+    cluster: DevCluster, config: Config, certs: ServingCerts
+) -> None:
+    async with running_with_tokens(cluster, config, certs, token_review=True) as rig:
+        token = mint(cluster)
+
+        def ghost(claims: dict[str, Any]) -> None:
+            claims["kubernetes.io"]["pod"] = {"name": "ghost", "uid": "0000-ghost"}
+
+        reviews = cluster.faults.count("create", "tokenreviews")
+        assert await rig.refused(tampered(token, ghost)) == (401, "Unauthorized", "pod_gone")
+        assert cluster.faults.count("create", "tokenreviews") == reviews
+        # The real pod with its real uid does cost one (the signature is still forged).
+        assert await rig.refused(forged(token, 1)) == (401, "Unauthorized", "signature")
+        assert cluster.faults.count("create", "tokenreviews") == reviews + 1

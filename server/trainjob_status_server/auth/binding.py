@@ -10,7 +10,8 @@ so the usual answer is a dict lookup. What the cache cannot answer:
 - a pod the cache holds with another uid, not seen leaving (the token may be newer than
   the watch), is fetched once with a GET.
 
-Concurrent posts that need the same fetch share it.
+Concurrent posts that need the same fetch share it. ``check_cached`` is the part that
+needs no request, for tokens no one has vouched for yet.
 Refusals that came from a fetch are cached for ``negative_ttl`` seconds, so a stale
 token retried in a loop costs one request per interval, not one per post.
 """
@@ -116,6 +117,7 @@ class PodBinding:
         require_membership: bool = True,
         leeway: float = 60.0,
         negative_ttl: float = 10.0,
+        grace: float = 1.0,
         max_departed: int = 65_536,
         max_negative: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
@@ -131,6 +133,7 @@ class PodBinding:
         self.require_membership = require_membership
         self.leeway = leeway
         self.negative_ttl = negative_ttl
+        self.grace = grace
         self._clock = clock
         self._departed = _Bounded(max_departed)  # uid -> None
         self._negative = _Bounded(max_negative)  # (namespace, name, uid) -> (reason, until)
@@ -172,6 +175,32 @@ class PodBinding:
         pod = self.pods.get(namespace, name)
         if pod is None or _meta(pod).get("uid") != uid:
             pod = await self._resolve(namespace, name, uid, pod)
+        reason = judge_pod(
+            pod,
+            uid=uid,
+            trainjob=trainjob,
+            require_membership=self.require_membership,
+            now=now,
+            leeway=self.leeway,
+        )
+        if reason is not None:
+            raise AuthFailure(reason)
+
+    async def check_cached(
+        self, namespace: str, name: str, uid: str, trainjob: str, now: float
+    ) -> None:
+        """Refuse what the pod cache alone can refuse, for a token no one has vouched
+        for yet (before a TokenReview): a uid the watch saw leave, a pod the watch does
+        not show within ``grace`` seconds, the pod with that uid judged unfit. A pod the
+        cache holds with another uid passes: the cache may trail a recreation, and the
+        review and ``check`` decide. Never a request."""
+        if uid in self._departed:
+            raise AuthFailure(judge_departed(self.pods.get(namespace, name)))
+        pod = await self.pods.wait_for(namespace, name, self.grace)
+        if pod is None:
+            raise AuthFailure(failures.POD_GONE)
+        if uid_of(pod) != uid:
+            return
         reason = judge_pod(
             pod,
             uid=uid,

@@ -8,7 +8,8 @@ cache the claims; check the claims against the URL's TrainJob; check the bound p
 the pod watch cache; spend a token of the service account's bucket. Nothing before a
 verified signature can cause a Kubernetes API call (TokenReview mode: nothing before the
 claims pass, the digest is not a refusal remembered from the last ``negative_ttl``
-seconds, and the claimed service account's bucket has paid for the post). The cached
+seconds, the pod cache shows the bound pod with its uid in the TrainJob, and the claimed
+service account's bucket has paid for the post). The cached
 path is a hash, two dict lookups and a few comparisons.
 """
 
@@ -268,6 +269,13 @@ class TokenAuthenticator:
             # charged to the account the token claims first, so forged tokens claiming
             # one account cannot cost more reviews than its posts may pass.
             self.reviewer.check_refused(digest)
+            if facts.pod_name is not None and facts.pod_uid is not None:
+                # What the pod cache can refuse costs no review: a forged token must
+                # name a live pod of the TrainJob, with its uid, to cost one.
+                assert self.binding is not None  # started
+                await self.binding.check_cached(
+                    namespace, facts.pod_name, facts.pod_uid, trainjob, now
+                )
             assert facts.subject is not None  # check_facts has made sure of it
             self._charge(facts.subject, namespace, trainjob, verified=False)
             charged = True
