@@ -11,8 +11,9 @@ import logging
 
 from aiohttp import web
 
-from . import certs, errors
+from . import certs
 from .auth import Authenticator, TokenAuthenticator
+from .budgets import Budgets, unavailable_for
 from .cadistribution import CADistribution
 from .certs import CertBootstrap, CertSettings, WebhookCABundle
 from .coalescing import writes_in_flight
@@ -41,8 +42,8 @@ client would keep its connection slot after its 408."""
 
 TRAINJOB_ABSENT_SECONDS = 10.0
 """How long a TrainJob the API server said does not exist is taken as missing without
-asking again (unless the watch shows it sooner): posts and pod admissions for a deleted
-or never-created TrainJob cost one GET per period, not one each."""
+asking again (unless the watch shows it sooner): authenticated posts for a deleted or
+never-created TrainJob cost one GET per period, not one each. Pod admissions never ask."""
 
 
 class StatusServer:
@@ -50,14 +51,15 @@ class StatusServer:
 
     def __init__(self, config: Config, authenticator: Authenticator) -> None:
         self.config = config
-        self.kube = KubeClient(
-            kubeconfig=config.kubeconfig,
-            timeout=config.kube_api_timeout,
-            qps=config.kube_api_qps,
-            burst=config.kube_api_burst,
-        )
+        self.budgets = Budgets.for_config(config)
+        # Lists, watches, certificates and CA distribution; owns the connection.
+        self.kube = self.budgets.watch
         self.trainjobs = WatchCache(
-            self.kube, TRAINJOBS, transform=trainjob_view, absent_seconds=TRAINJOB_ABSENT_SECONDS
+            self.kube,
+            TRAINJOBS,
+            transform=trainjob_view,
+            absent_seconds=TRAINJOB_ABSENT_SECONDS,
+            fetch_client=self.budgets.writes,
         )
         # Gauges per TrainJob from this cache, the self-metrics, process metrics.
         self.exporter = Exporter(
@@ -70,8 +72,12 @@ class StatusServer:
         # With the bootstrap, the files exist only once it has run: built in start().
         self.tls: ReloadingTLS | None = None if config.cert_bootstrap else _serving_tls(config)
         self.certs = _cert_bootstrap(config, self.kube)
+        injector_settings = _injector_settings(config)
+        self.jobset_steps = (
+            JobSetSteps(self.kube, injector_settings.selector) if config.inject_pods else None
+        )
         self.injector = (
-            PodInjector(_injector_settings(config), self.trainjobs, JobSetSteps(self.kube))
+            PodInjector(injector_settings, self.trainjobs, self.jobset_steps)
             if config.inject_pods
             else None
         )
@@ -87,10 +93,11 @@ class StatusServer:
             else None
         )
         self.writer: CoalescingWriter | DirectWriter = (
-            DirectWriter(self.kube)
+            DirectWriter(self.budgets.writes)
             if config.write_mode == "direct"
             else CoalescingWriter(
-                self.kube,
+                # Not a request: its writes wait their turn instead of being refused.
+                self.budgets.writes.waiting(None),
                 self.trainjobs,
                 min_interval=config.min_write_interval,
                 concurrency=writes_in_flight(config.kube_api_burst),
@@ -118,7 +125,7 @@ class StatusServer:
         try:
             return await self.trainjobs.get_or_fetch(namespace, name) is not None
         except KubeUnavailable as exc:
-            raise errors.unavailable() from exc
+            raise unavailable_for(exc) from exc
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -171,12 +178,16 @@ class StatusServer:
             await self.certs.start()  # returns once the files hold a valid pair
             self.tls = _serving_tls(config)
         await self.trainjobs.start()
+        if self.jobset_steps is not None:
+            await self.jobset_steps.start()
+            self.exporter.add_cache(self.jobset_steps.jobsets)
         if self.ca_distribution is not None:
             await self.ca_distribution.start()
         self.exporter.start()
         await self.writer.start()
         if self.token_auth is not None:
-            await self.token_auth.start(self.kube)  # returns at once; `ready` follows
+            # Returns at once; `ready` follows.
+            await self.token_auth.start(self.budgets.auth, watch=self.kube)
             if self.token_auth.binding is not None:
                 self.exporter.add_cache(self.token_auth.binding.pods)
         if self.tls is not None:
@@ -232,6 +243,8 @@ class StatusServer:
         if self.ca_distribution is not None:
             await self.ca_distribution.stop()
         await self.trainjobs.stop()
+        if self.jobset_steps is not None:
+            await self.jobset_steps.stop()
         if self.certs is not None:
             await self.certs.stop()
         await self.kube.close()

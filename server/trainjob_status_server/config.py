@@ -32,6 +32,10 @@ class Config:
     kube_api_qps: float = 5.0
     kube_api_burst: int = 10
     kube_api_timeout: float = 5.0
+    kube_auth_qps: float = 2.0
+    kube_auth_burst: int = 5
+    kube_watch_qps: float = 2.0
+    kube_watch_burst: int = 10
     read_timeout: float = 10.0
     idle_timeout: float = 120.0
     max_connections: int = 1024
@@ -103,8 +107,10 @@ class Config:
                 problems.append(f"--{name.replace('_', '-')} must be 0..65535, got {value}")
         if self.port == self.metrics_port and self.port != 0:
             problems.append("--port and --metrics-port must differ")
-        if self.kube_api_qps <= 0 or self.kube_api_burst < 1:
-            problems.append("--kube-api-qps must be > 0 and --kube-api-burst >= 1")
+        for budget in ("api", "auth", "watch"):
+            qps, burst = getattr(self, f"kube_{budget}_qps"), getattr(self, f"kube_{budget}_burst")
+            if qps <= 0 or burst < 1:
+                problems.append(f"--kube-{budget}-qps must be > 0 and --kube-{budget}-burst >= 1")
         if self.min_write_interval < 0 or self.drain_timeout < 0:
             problems.append("--min-write-interval and --drain-timeout must be >= 0")
         for name in ("kube_api_timeout", "read_timeout", "idle_timeout", "shutdown_timeout"):
@@ -175,9 +181,32 @@ _FLAGS = (
     _Flag("tls_reload_interval", float, "seconds between checks of the TLS files"),
     _Flag("kubeconfig", _path, "kubeconfig file; in-cluster configuration when absent"),
     _Flag("issuer", str, "service-account token issuer; discovered when absent"),
-    _Flag("kube_api_qps", float, "sustained Kubernetes API requests per second"),
-    _Flag("kube_api_burst", int, "Kubernetes API request burst"),
-    _Flag("kube_api_timeout", float, "seconds before a Kubernetes API call is abandoned"),
+    _Flag(
+        "kube_api_qps",
+        float,
+        "Kubernetes API requests per second for status writes and the TrainJob look-ups of "
+        "authenticated posts",
+    ),
+    _Flag("kube_api_burst", int, "burst of the status-write API budget"),
+    _Flag(
+        "kube_api_timeout",
+        float,
+        "seconds before a Kubernetes API call is abandoned; a post's call that would wait "
+        "longer than this for its API budget is refused at once (503 + Retry-After)",
+    ),
+    _Flag(
+        "kube_auth_qps",
+        float,
+        "Kubernetes API requests per second for token checks (TokenReview, JWKS, pod look-ups)",
+    ),
+    _Flag("kube_auth_burst", int, "burst of the token-check API budget"),
+    _Flag(
+        "kube_watch_qps",
+        float,
+        "Kubernetes API requests per second for cache lists and watches, certificates and "
+        "CA distribution",
+    ),
+    _Flag("kube_watch_burst", int, "burst of the list/watch API budget"),
     _Flag(
         "read_timeout",
         float,

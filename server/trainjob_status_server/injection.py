@@ -109,6 +109,11 @@ class Selector:
     def matches(self, labels: Mapping[str, str]) -> bool:
         return all(r.matches(labels) for r in self.requirements)
 
+    @property
+    def keys(self) -> frozenset[str]:
+        """The label keys the selector reads: all a label set must keep for it."""
+        return frozenset(r.key for r in self.requirements)
+
 
 def _split_terms(text: str) -> list[str]:
     terms, depth, start = [], 0, 0
@@ -162,6 +167,22 @@ def step_labels(jobset: Mapping[str, Any], replicated_job: str) -> dict[str, str
         if isinstance(rjob, dict) and rjob.get("name") == replicated_job:
             return labels_of(rjob.get("template") or {})
     return {}
+
+
+def jobset_view(jobset: Mapping[str, Any], label_keys: frozenset[str]) -> dict[str, Any]:
+    """What the injector keeps of a JobSet: its identity and, per replicated job, the
+    name and those template labels the selector reads (``label_keys``)."""
+    meta = jobset.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    kept_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
+    steps = []
+    for rjob in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+        if not isinstance(rjob, dict) or not isinstance(rjob.get("name"), str):
+            continue
+        labels = labels_of(rjob.get("template") or {})
+        kept = {k: v for k, v in labels.items() if k in label_keys}
+        steps.append({"name": rjob["name"], "template": {"metadata": {"labels": kept}}})
+    return {"metadata": kept_meta, "spec": {"replicatedJobs": steps}}
 
 
 # -- what to add ---------------------------------------------------------------------------

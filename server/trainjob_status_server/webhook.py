@@ -12,6 +12,11 @@ labels together with those of the JobSet replicated job that made it, because th
 where a TrainingRuntime puts ``trainer.kubeflow.org/trainjob-ancestor-step: trainer``:
 on the Job template, which Kubernetes does not copy onto pods. What the patch does is
 decided in ``injection.py``.
+
+The port is open to every pod, and a review can name anything: TrainJobs and JobSets
+come from watch caches, so no review causes a Kubernetes API request. A name the caches
+lack is waited for briefly (the watch may trail the object's creation), then taken as
+missing.
 """
 
 from __future__ import annotations
@@ -20,8 +25,7 @@ import asyncio
 import base64
 import json
 import logging
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,10 +34,10 @@ from aiohttp import web
 from . import injection
 from .endpoint import read_body
 from .injection import Plan, Selector, Target
-from .kube.cache import WatchCache
+from .kube.backoff import Backoff
+from .kube.cache import DEFAULT_BACKOFF, WatchCache
 from .kube.client import KubeClient
-from .kube.errors import KubeError
-from .kube.resources import JOBSETS, Key, Obj
+from .kube.resources import JOBSETS, Obj
 from .selfmetrics import INJECTIONS
 
 log = logging.getLogger(__name__)
@@ -53,73 +57,54 @@ class InjectorSettings:
     """Seconds one review may take before the pod is admitted unchanged; below the
     webhook configuration's ``timeoutSeconds`` so the answer is ours, not the API
     server's timeout."""
+    watch_grace: float = 1.0
+    """Seconds one review waits, in all, for the watches to show a TrainJob or JobSet it
+    names that the caches do not hold: a TrainJob's pods are created moments after it,
+    and the watch may be that far behind. Never an API request: a name still unknown
+    after this is taken as missing."""
 
 
 class JobSetSteps:
-    """The labels of the replicated job that made a pod, read from its JobSet.
+    """The labels of the replicated job that made a pod, read from a JobSet list+watch
+    cache: an admission never costs an API request, whatever names it carries.
 
-    One GET per JobSet per ``ttl`` at most (a gang of pods is admitted within seconds,
-    and a JobSet's replicated jobs do not change); concurrent lookups share it. A cluster
-    without JobSets, or an RBAC rule that does not let us read them, gives no labels:
-    the selector then sees the pod's own labels only.
+    The cache keeps, per JobSet, only the replicated jobs' names and the template labels
+    the selector reads. A cluster without JobSets, or an RBAC rule that does not let us
+    list them, leaves the cache ``unavailable`` (logged once): the selector then sees
+    the pod's own labels only.
     """
 
     def __init__(
-        self,
-        kube: KubeClient,
-        *,
-        ttl: float = 60.0,
-        max_entries: int = 4096,
-        clock: Callable[[], float] = time.monotonic,
+        self, kube: KubeClient, selector: Selector, *, backoff: Backoff = DEFAULT_BACKOFF
     ) -> None:
-        self.kube = kube
-        self.ttl = ttl
-        self.max_entries = max_entries
-        self._clock = clock
-        self._cache: dict[Key, tuple[float, Obj | None]] = {}
-        self._fetches: dict[Key, asyncio.Task[Obj | None]] = {}
+        keys = selector.keys
+        self.jobsets = WatchCache(
+            kube,
+            JOBSETS,
+            transform=lambda obj: injection.jobset_view(obj, keys),
+            optional=True,
+            backoff=backoff,
+        )
 
-    async def labels(self, namespace: str, jobset: str, replicated_job: str) -> dict[str, str]:
-        found = await self._jobset(namespace, jobset)
+    async def start(self) -> None:
+        await self.jobsets.start()
+
+    async def stop(self) -> None:
+        await self.jobsets.stop()
+
+    async def labels(
+        self, namespace: str, jobset: str, replicated_job: str, wait: float = 0.0
+    ) -> dict[str, str]:
+        """The step's labels; a JobSet the cache does not hold yet is waited for up to
+        ``wait`` seconds (it may have been created a moment ago), then taken as none."""
+        found = await self.jobsets.wait_for(namespace, jobset, wait)
         return injection.step_labels(found, replicated_job) if found is not None else {}
-
-    async def _jobset(self, namespace: str, name: str) -> Obj | None:
-        key = (namespace, name)
-        now = self._clock()
-        held = self._cache.get(key)
-        if held is not None and held[0] > now:
-            return held[1]
-        fetch = self._fetches.get(key)
-        if fetch is None:
-            fetch = asyncio.create_task(self._fetch(namespace, name))
-            self._fetches[key] = fetch
-            fetch.add_done_callback(lambda _: self._fetches.pop(key, None))
-        # A review that gives up must not cancel the lookup the others wait for.
-        return await asyncio.shield(fetch)
-
-    async def _fetch(self, namespace: str, name: str) -> Obj | None:
-        try:
-            found = await self.kube.get(JOBSETS, namespace, name)
-        except KubeError as exc:
-            if exc.status != 403:
-                raise
-            log.warning(
-                "cannot read JobSets: the selector sees pod labels only",
-                extra={"namespace": namespace, "error": str(exc)},
-            )
-            found = None
-        if len(self._cache) >= self.max_entries:
-            now = self._clock()
-            self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
-            while len(self._cache) >= self.max_entries:
-                del self._cache[next(iter(self._cache))]
-        self._cache[(namespace, name)] = (self._clock() + self.ttl, found)
-        return found
 
 
 class PodInjector:
     """The ``/mutate-pods`` handler. ``trainjobs`` is the server's TrainJob cache;
-    ``steps`` reads the JobSets (None: the selector sees pod labels only)."""
+    ``steps`` reads the JobSets (None: the selector sees pod labels only). Reviews come
+    from anyone who can reach the port, so the answer comes from the caches alone."""
 
     def __init__(
         self,
@@ -174,9 +159,13 @@ class PodInjector:
         if not isinstance(namespace, str) or not namespace:
             raise ValueError("the request names no namespace")
         trainjob = injection.trainjob_of(pod)
-        if trainjob is None or not await self._selected(pod, namespace, trainjob):
+        # One grace period for both caches: a review naming unknown objects is answered
+        # well within the timeout.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(self.settings.watch_grace, self.settings.timeout / 2)
+        if trainjob is None or not await self._selected(pod, namespace, trainjob, deadline):
             return Plan(injection.NOT_SELECTED, [])
-        if not await self._trainjob_exists(namespace, trainjob):
+        if not await self._trainjob_exists(namespace, trainjob, deadline):
             return Plan(injection.UNKNOWN_TRAINJOB, [])
         decided = injection.plan(
             pod,
@@ -191,7 +180,7 @@ class PodInjector:
         )
         return decided
 
-    async def _selected(self, pod: Obj, namespace: str, trainjob: str) -> bool:
+    async def _selected(self, pod: Obj, namespace: str, trainjob: str, deadline: float) -> bool:
         selector = self.settings.selector
         labels = injection.labels_of(pod)
         if selector.matches(labels):
@@ -199,13 +188,15 @@ class PodInjector:
         replicated_job = labels.get(injection.REPLICATED_JOB_LABEL)
         if self.steps is None or replicated_job is None:
             return False
-        step = await self.steps.labels(namespace, trainjob, replicated_job)
+        step = await self.steps.labels(namespace, trainjob, replicated_job, _left(deadline))
         return selector.matches({**step, **labels})
 
-    async def _trainjob_exists(self, namespace: str, name: str) -> bool:
-        # The cache remembers a TrainJob found missing for a while, so the pods of a
-        # JobSet that is no TrainJob's cost one lookup, not one each.
-        return await self.trainjobs.get_or_fetch(namespace, name) is not None
+    async def _trainjob_exists(self, namespace: str, name: str, deadline: float) -> bool:
+        return await self.trainjobs.wait_for(namespace, name, _left(deadline)) is not None
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - asyncio.get_running_loop().time())
 
 
 def review_response(uid: str, patch: injection.Patch) -> web.Response:

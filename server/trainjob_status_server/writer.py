@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 from . import errors, selfmetrics
+from .budgets import unavailable_for
 from .coalescing import (
     FirstSeen,
     Key,
@@ -57,7 +58,7 @@ class DirectWriter:
             await self.kube.apply_trainjob_status(namespace, name, update.to_json())
         except KubeUnavailable as exc:
             selfmetrics.API_WRITES.labels("error").inc()
-            raise errors.unavailable() from exc
+            raise unavailable_for(exc) from exc
         except KubeError as exc:
             selfmetrics.API_WRITES.labels(_result_of(exc.status)).inc()
             raise errors.from_api_error(exc.status, exc.body) from exc

@@ -206,10 +206,10 @@ CASES = [
     Case(no_kubernetes_claims, 401, "claims"),
     Case(another_issuer, 401, "issuer"),
     Case(unbound, 403, "no_pod"),
-    Case(deleted_pod, 401, "pod_gone", reviews=1),
-    Case(pod_recreated_with_a_new_uid, 401, "pod_uid", reviews=1),
-    Case(pod_relabelled_to_another_trainjob, 403, "not_member", reviews=1),
-    Case(pod_relabelled_out_of_any_trainjob, 401, "pod_gone", reviews=1),
+    Case(deleted_pod, 401, "pod_gone"),
+    Case(pod_recreated_with_a_new_uid, 401, "pod_uid"),
+    Case(pod_relabelled_to_another_trainjob, 403, "not_member"),
+    Case(pod_relabelled_out_of_any_trainjob, 401, "pod_gone"),
     Case(key_rotated_out_of_the_jwks, 401, "unknown_kid", reviews=1),
 ]
 

@@ -253,11 +253,13 @@ async def running(
     certs: ServingCerts,
     *,
     wait_ready: bool = True,
+    server_budgets: bool = False,
     **settings: Any,
 ) -> AsyncIterator[Rig]:
-    """The server with a TokenAuthenticator (its own KubeClient until app.py wires the
-    server's), started (and ready, unless told not to wait), and a client session that
-    trusts it."""
+    """The server with a TokenAuthenticator, started (and ready, unless told not to
+    wait), and a client session that trusts it. The authenticator has a KubeClient of its
+    own with a budget no test spends, unless ``server_budgets``: then the server starts
+    it on its own API budgets, as ``serve`` does."""
     clock = FakeClock(time.time())
     monotonic = FakeClock(1000.0)
     settings.setdefault("issuer", cluster.issuer)
@@ -266,12 +268,16 @@ async def running(
     kube = KubeClient(config.kubeconfig, qps=1000.0, burst=1000, timeout=2.0)
     await kube.start()
     try:
-        await auth.start(kube)
-        if wait_ready:
-            async with asyncio.timeout(10):
-                await auth.wait_ready()
+        if not server_budgets:
+            await auth.start(kube)
+            if wait_ready:
+                async with asyncio.timeout(10):
+                    await auth.wait_ready()
         async with StatusServer(config, auth) as server:
             await server.trainjobs.synced.wait()
+            if server_budgets and wait_ready:
+                async with asyncio.timeout(10):
+                    await auth.wait_ready()
             connector = aiohttp.TCPConnector(ssl=certs.client_context())
             async with aiohttp.ClientSession(connector=connector) as session:
                 yield Rig(cluster, auth, server, session, clock, monotonic)

@@ -78,6 +78,10 @@ def test_checks() -> None:
     assert parse("--insecure-http", "--max-metric-names-per-trainjob", "-1").check() == [
         "--max-metric-names-per-trainjob must be >= 0 (0: no limit)"
     ]
+    assert parse("--insecure-http", "--kube-auth-burst", "0", "--kube-watch-qps", "-1").check() == [
+        "--kube-auth-qps must be > 0 and --kube-auth-burst >= 1",
+        "--kube-watch-qps must be > 0 and --kube-watch-burst >= 1",
+    ]
 
 
 def test_serve_refuses_to_start_without_tls() -> None:

@@ -4,6 +4,7 @@ and expired watches, selectors, fetch on a miss), and its pure rules."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -444,3 +445,77 @@ def test_watch_timeouts_spread_between_one_and_two_times_the_minimum() -> None:
     assert watch_timeout(300, 0.0) == 300
     assert watch_timeout(300, 0.5) == 450
     assert watch_timeout(0.1, 0.0) == 1
+
+
+# -- waiting for the watch, never asking ---------------------------------------------------
+
+
+async def test_wait_for_returns_an_object_the_watch_brings_without_a_request(
+    devcluster: DevCluster, start_cache: Any
+) -> None:
+    cache, _ = await start_cache()
+    gets = devcluster.faults.count("get")
+    waiting = asyncio.create_task(cache.wait_for(NS, "soon", 30.0))
+    await eventually(lambda: cache.waiting == 1)
+    created = devcluster.create_trainjob(NS, "soon")
+    async with asyncio.timeout(10):  # a hang guard, not a measurement
+        found = await waiting
+    assert found is not None
+    assert found["metadata"]["uid"] == created["metadata"]["uid"]
+    assert cache.waiting == 0
+    assert devcluster.faults.count("get") == gets
+
+
+async def test_wait_for_gives_up_after_its_grace_without_a_request(
+    devcluster: DevCluster, start_cache: Any
+) -> None:
+    cache, _ = await start_cache()
+
+    def asked() -> int:  # watches aside: the cache's own may open meanwhile
+        return devcluster.faults.count("get") + devcluster.faults.count("list")
+
+    before = asked()
+    assert await cache.wait_for(NS, "never", 0.0) is None
+    assert await cache.wait_for(NS, "never", 0.01) is None
+    assert (cache.waiting, asked()) == (0, before)
+
+
+async def test_an_optional_resource_the_cluster_refuses_leaves_the_cache_unavailable(
+    devcluster: DevCluster, kube: KubeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trainjob_status_server.kube.cache")
+    devcluster.faults.fail(403, verb="list", resource="trainjobs", times=None)
+    cache = WatchCache(kube, TRAINJOBS, optional=True, backoff=Backoff(base=0.01, cap=0.01))
+    await cache.start()
+    try:
+        await eventually(lambda: devcluster.faults.count("list", "trainjobs") >= 3)
+        assert cache.unavailable
+        assert not cache.synced.is_set()
+        # Readers are not held: the resource is not there to wait for.
+        assert await cache.wait_for(NS, "tj", 30.0) is None
+        devcluster.faults.clear()
+        await eventually(lambda: cache.synced.is_set())
+        assert not cache.unavailable
+    finally:
+        await cache.stop()
+    refused = [r for r in caplog.records if "optional resource" in r.getMessage()]
+    assert [r.levelname for r in refused] == ["WARNING", "INFO"]
+
+
+async def test_an_optional_resource_listed_but_never_watched_warns_once(
+    devcluster: DevCluster, kube: KubeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trainjob_status_server.kube.cache")
+    devcluster.faults.fail(403, verb="watch", resource="trainjobs", times=None)
+    cache = WatchCache(kube, TRAINJOBS, optional=True, backoff=Backoff(base=0.01, cap=0.01))
+    await cache.start()
+    try:
+        await eventually(lambda: devcluster.faults.count("list", "trainjobs") >= 4)
+    finally:
+        await cache.stop()
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "optional" in r.getMessage()]
+    # Each later refusal and relist is at DEBUG: one warning, however long it lasts.
+    assert said == [
+        ("WARNING", "cannot list an optional resource: carrying on without it"),
+        ("INFO", "optional resource listed"),
+    ]

@@ -104,9 +104,10 @@ async def chain(devcluster: DevCluster, config: Config, tmp_path: Path) -> Async
             config, tls_cert_file=cert_settings.cert_file, tls_key_file=cert_settings.key_file
         )
         server = InjectingServer(served, auth)
-        server.injector = PodInjector(
-            InjectorSettings(), server.trainjobs, JobSetSteps(standin_kube)
-        )
+        settings = InjectorSettings()
+        steps = JobSetSteps(standin_kube, settings.selector)
+        await steps.start()
+        server.injector = PodInjector(settings, server.trainjobs, steps)
         distribution = CADistribution(kube, server.trainjobs, cert_settings.ca_file)
         async with server:
             await server.trainjobs.wait_synced()
@@ -115,6 +116,7 @@ async def chain(devcluster: DevCluster, config: Config, tmp_path: Path) -> Async
             async with aiohttp.ClientSession() as session:
                 yield Chain(devcluster, standin, server, bootstrap, distribution, session, tmp_path)
             await distribution.stop()
+        await steps.stop()
         await auth.stop()
         await bootstrap.stop()
     await standin.stop()

@@ -248,3 +248,26 @@ def test_step_labels_come_from_the_replicated_job() -> None:
     }
     assert injection.step_labels(jobset(), "nope") == {}
     assert injection.step_labels({}, "node") == {}
+
+
+def test_the_jobset_cache_keeps_only_what_the_selector_reads() -> None:
+    selector = Selector.parse("trainer.kubeflow.org/trainjob-ancestor-step=trainer,team notin (x)")
+    assert selector.keys == {ANCESTOR, "team"}
+    full = jobset()
+    full["metadata"] |= {"uid": "u-1", "resourceVersion": "7", "annotations": {"a": "b"}}
+    full["spec"]["replicatedJobs"][1]["template"]["metadata"]["labels"]["other"] = "dropped"
+    full["spec"]["replicatedJobs"].append({"template": {}})  # no name: nothing to match
+    view = injection.jobset_view(full, selector.keys)
+    assert view == {
+        "metadata": {"name": TJ, "namespace": NS, "uid": "u-1", "resourceVersion": "7"},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "dataset-initializer",
+                    "template": {"metadata": {"labels": {ANCESTOR: "dataset-initializer"}}},
+                },
+                {"name": "node", "template": {"metadata": {"labels": {ANCESTOR: "trainer"}}}},
+            ]
+        },
+    }
+    assert injection.step_labels(view, "node") == {ANCESTOR: "trainer"}

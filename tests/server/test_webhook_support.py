@@ -1,8 +1,9 @@
 """Shared pieces of the injector, certificate and CA distribution tests (no tests here).
 
 ``StandIn`` serves, over a real socket, the two kinds the devcluster does not:
-``jobset.x-k8s.io/v1alpha2`` JobSets (GET) and ``admissionregistration.k8s.io/v1``
-MutatingWebhookConfigurations (GET and JSON Patch), with the API server's error bodies.
+``jobset.x-k8s.io/v1alpha2`` JobSets (GET, list and watch) and
+``admissionregistration.k8s.io/v1`` MutatingWebhookConfigurations (GET and JSON Patch),
+with the API server's error bodies.
 Our KubeClient talks to it through a kubeconfig of its own, exactly as to a cluster.
 """
 
@@ -46,16 +47,69 @@ class StandIn:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.requests: Counter[tuple[str, str]] = Counter()
         self.stall: dict[str, float] = {}  # plural -> seconds to hold each request
+        # plural -> the error code its lists and watches answer (a CRD not installed: 404,
+        # no RBAC rule: 403).
+        self.refuse_list: dict[str, int] = {}
         self.kubeconfig_path = workdir / "standin.kubeconfig"
         self._rv = 100
+        self._events: list[tuple[int, str, str, dict[str, Any]]] = []  # rv, plural, type, obj
+        self._wake = asyncio.Event()
         self._runner: web.AppRunner | None = None
 
     def put(self, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj.setdefault("metadata", {})
         self._rv += 1
         meta["resourceVersion"] = str(self._rv)
-        self.objects[(plural, meta.get("namespace", ""), meta["name"])] = obj
+        key = (plural, meta.get("namespace", ""), meta["name"])
+        kind = "MODIFIED" if key in self.objects else "ADDED"
+        self.objects[key] = obj
+        self._event(plural, kind, obj)
         return obj
+
+    def delete(self, plural: str, name: str, namespace: str = "") -> None:
+        obj = self.objects.pop((plural, namespace, name))
+        self._rv += 1
+        self._event(plural, "DELETED", {**obj, "metadata": {**obj["metadata"]}})
+
+    def _event(self, plural: str, kind: str, obj: dict[str, Any]) -> None:
+        self._events.append((self._rv, plural, kind, copy.deepcopy(obj)))
+        wake, self._wake = self._wake, asyncio.Event()
+        wake.set()
+
+    async def _collection(self, request: web.Request) -> web.StreamResponse:
+        info = request.match_info
+        plural, namespace = info["plural"], info.get("namespace")
+        watching = request.query.get("watch") == "true"
+        self.requests[("WATCH" if watching else "LIST", plural)] += 1
+        if plural in self.stall:
+            await asyncio.sleep(self.stall[plural])
+        if plural in self.refuse_list:
+            code = self.refuse_list[plural]
+            reason = "Forbidden" if code == 403 else "NotFound"
+            return status_of(code, reason, f"{plural} cannot be listed here")
+        if not watching:
+            items = [
+                copy.deepcopy(obj)
+                for (p, ns, _), obj in self.objects.items()
+                if p == plural and namespace in (None, ns)
+            ]
+            meta = {"resourceVersion": str(self._rv)}
+            return web.json_response({"kind": "List", "metadata": meta, "items": items})
+        since = int(request.query.get("resourceVersion") or 0)
+        seconds = float(request.query.get("timeoutSeconds") or 60)
+        response = web.StreamResponse()
+        await response.prepare(request)
+        with contextlib.suppress(TimeoutError, ConnectionResetError):
+            async with asyncio.timeout(seconds):
+                while True:
+                    wake = self._wake
+                    for rv, p, kind, obj in self._events:
+                        if rv > since and p == plural:
+                            since = rv
+                            line = json.dumps({"type": kind, "object": obj}) + "\n"
+                            await response.write(line.encode())
+                    await wake.wait()
+        return response
 
     def get(self, plural: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         return self.objects.get((plural, namespace, name))
@@ -84,9 +138,17 @@ class StandIn:
     async def start(self) -> StandIn:
         app = web.Application()
         for prefix in ("/apis/{group}/{version}", "/apis/{group}/{version}/namespaces/{namespace}"):
+            app.router.add_route("GET", prefix + "/{plural}", self._collection)
             app.router.add_route("GET", prefix + "/{plural}/{name}", self._handle)
             app.router.add_route("PATCH", prefix + "/{plural}/{name}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # A watch ends when its client goes (the handler is cancelled), not at shutdown.
+        self._runner = web.AppRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            handler_cancellation=True,
+            shutdown_timeout=0.5,
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()

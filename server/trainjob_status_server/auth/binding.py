@@ -10,7 +10,8 @@ so the usual answer is a dict lookup. What the cache cannot answer:
 - a pod the cache holds with another uid, not seen leaving (the token may be newer than
   the watch), is fetched once with a GET.
 
-Concurrent posts that need the same fetch share it.
+Concurrent posts that need the same fetch share it. ``check_cached`` is the part that
+needs no request, for tokens no one has vouched for yet.
 Refusals that came from a fetch are cached for ``negative_ttl`` seconds, so a stale
 token retried in a loop costs one request per interval, not one per post.
 """
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import errors
+from ..budgets import unavailable_for
 from ..kube.cache import WatchCache
 from ..kube.client import KubeClient
 from ..kube.errors import KubeError, KubeUnavailable
@@ -103,25 +105,35 @@ class _Bounded(OrderedDict[Any, Any]):
 
 
 class PodBinding:
-    """``start()`` launches the pod cache; ``ready`` once it has listed."""
+    """``start()`` launches the pod cache; ``ready`` once it has listed. Fetches spend
+    ``kube``; the cache lists and watches with ``watch`` (default ``kube``)."""
 
     def __init__(
         self,
         kube: KubeClient,
         *,
+        watch: KubeClient | None = None,
         label_selector: str | None = TRAINJOB_PODS,
         require_membership: bool = True,
         leeway: float = 60.0,
         negative_ttl: float = 10.0,
+        grace: float = 1.0,
         max_departed: int = 65_536,
         max_negative: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
-        self.pods = WatchCache(kube, PODS, label_selector=label_selector, transform=_pod_view)
+        self.pods = WatchCache(
+            watch if watch is not None else kube,
+            PODS,
+            label_selector=label_selector,
+            transform=_pod_view,
+            fetch_client=kube,
+        )
         self.require_membership = require_membership
         self.leeway = leeway
         self.negative_ttl = negative_ttl
+        self.grace = grace
         self._clock = clock
         self._departed = _Bounded(max_departed)  # uid -> None
         self._negative = _Bounded(max_negative)  # (namespace, name, uid) -> (reason, until)
@@ -174,6 +186,32 @@ class PodBinding:
         if reason is not None:
             raise AuthFailure(reason)
 
+    async def check_cached(
+        self, namespace: str, name: str, uid: str, trainjob: str, now: float
+    ) -> None:
+        """Refuse what the pod cache alone can refuse, for a token no one has vouched
+        for yet (before a TokenReview): a uid the watch saw leave, a pod the watch does
+        not show within ``grace`` seconds, the pod with that uid judged unfit. A pod the
+        cache holds with another uid passes: the cache may trail a recreation, and the
+        review and ``check`` decide. Never a request."""
+        if uid in self._departed:
+            raise AuthFailure(judge_departed(self.pods.get(namespace, name)))
+        pod = await self.pods.wait_for(namespace, name, self.grace)
+        if pod is None:
+            raise AuthFailure(failures.POD_GONE)
+        if uid_of(pod) != uid:
+            return
+        reason = judge_pod(
+            pod,
+            uid=uid,
+            trainjob=trainjob,
+            require_membership=self.require_membership,
+            now=now,
+            leeway=self.leeway,
+        )
+        if reason is not None:
+            raise AuthFailure(reason)
+
     async def _resolve(self, namespace: str, name: str, uid: str, held: Obj | None) -> Obj:
         if uid in self._departed:
             raise AuthFailure(judge_departed(held))
@@ -192,7 +230,9 @@ class PodBinding:
         try:
             # A caller that gives up must not cancel the others' request.
             fetched = await asyncio.shield(fetch)
-        except (KubeError, KubeUnavailable) as exc:
+        except KubeUnavailable as exc:
+            raise unavailable_for(exc) from exc
+        except KubeError as exc:
             raise errors.unavailable() from exc
         if fetched is None or uid_of(fetched) != uid:
             reason = failures.POD_GONE if fetched is None else failures.POD_UID

@@ -19,8 +19,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import errors
+from ..budgets import unavailable_for
 from ..kube.client import KubeClient
-from ..kube.errors import KubeError, KubeUnavailable
+from ..kube.errors import KubeBudgetExhausted, KubeError, KubeUnavailable
 from . import failures
 from .claims import TokenFacts
 from .failures import AuthFailure
@@ -108,14 +109,19 @@ class TokenReviewer:
         self._refused: OrderedDict[bytes, tuple[str, float]] = OrderedDict()
         self._inflight: dict[bytes, asyncio.Task[str | None]] = {}
 
-    async def review(self, token: str, digest: bytes, audience: str, facts: TokenFacts) -> None:
-        """Return when the API server vouches for ``token`` (with ``facts``); raise
-        AuthFailure when it does not, ``errors.unavailable()`` when it cannot answer."""
+    def check_refused(self, digest: bytes) -> None:
+        """Raise the AuthFailure remembered for ``digest``, if any is still fresh."""
         refused = self._refused.get(digest)
         if refused is not None:
             if self._clock() < refused[1]:
                 raise AuthFailure(refused[0])
             del self._refused[digest]
+
+    async def review(self, token: str, digest: bytes, audience: str, facts: TokenFacts) -> None:
+        """Return when the API server vouches for ``token`` (with ``facts``); raise
+        AuthFailure when it does not, ``errors.unavailable()`` when it cannot answer
+        (with the budget's Retry-After when the request was not sent for lack of it)."""
+        self.check_refused(digest)
         task = self._inflight.get(digest)
         if task is None:
             task = asyncio.create_task(self._ask(token, digest, audience, facts))
@@ -136,6 +142,9 @@ class TokenReviewer:
             answer = await self.api.request_json(
                 "POST", TOKENREVIEWS_PATH, body=review_body(token, audience)
             )
+        except KubeBudgetExhausted as exc:
+            log.info("TokenReview refused: API budget spent", extra={"budget": exc.budget})
+            raise unavailable_for(exc) from None
         except (KubeError, KubeUnavailable) as exc:
             # Never str(exc) of a request that carried a token: log the status only.
             status = exc.status if isinstance(exc, KubeError) else None

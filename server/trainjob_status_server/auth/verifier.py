@@ -7,7 +7,10 @@ offline (or, in TokenReview mode, check the claims and then ask the API server) 
 cache the claims; check the claims against the URL's TrainJob; check the bound pod in
 the pod watch cache; spend a token of the service account's bucket. Nothing before a
 verified signature can cause a Kubernetes API call (TokenReview mode: nothing before the
-claims pass). The cached path is a hash, two dict lookups and a few comparisons.
+claims pass, the digest is not a refusal remembered from the last ``negative_ttl``
+seconds, the pod cache shows the bound pod with its uid in the TrainJob, and the claimed
+service account's bucket has paid for the post). The cached
+path is a hash, two dict lookups and a few comparisons.
 """
 
 from __future__ import annotations
@@ -106,15 +109,19 @@ class TokenAuthenticator:
             await self.keys.loaded.wait()
         await self.binding.pods.wait_synced()
 
-    async def start(self, kube: KubeClient) -> None:
+    async def start(self, kube: KubeClient, watch: KubeClient | None = None) -> None:
         """Launch issuer discovery, the JWKS refresh loop and the pod cache; returns at
-        once (``ready`` tells when they have loaded)."""
+        once (``ready`` tells when they have loaded). ``kube`` serves what a post may
+        need asked (TokenReview, JWKS, a pod the cache lacks): give it a budget of its
+        own, with a wait limit, so token checks and status writes cannot starve each
+        other. ``watch`` (default ``kube``) lists and watches the pods."""
         if self.binding is not None:
             return
         settings = self.settings
         self.api = kube
         self.binding = PodBinding(
             kube,
+            watch=watch,
             label_selector=settings.pod_selector,
             require_membership=settings.require_pod_membership,
             leeway=settings.leeway,
@@ -189,6 +196,7 @@ class TokenAuthenticator:
         ):
             raise errors.unavailable()
         entry: Verified | None = None
+        charged = False  # the service account's token already spent before a review
         try:
             token = bearer_token(authorization)
             digest = hashlib.sha256(token.encode()).digest()
@@ -196,7 +204,9 @@ class TokenAuthenticator:
             audience = audience_for(namespace, trainjob)
             entry = self.tokens.get(digest, now)
             if entry is None or (entry.key is not None and entry.key not in self._keyset()):
-                entry = await self._verify(token, digest, audience, namespace, now)
+                entry, charged = await self._verify(
+                    token, digest, audience, namespace, trainjob, now
+                )
             facts = entry.facts
             self._check(facts, audience, namespace, now)
             if facts.pod_name is not None and facts.pod_uid is not None:
@@ -207,15 +217,23 @@ class TokenAuthenticator:
         # check_facts has made sure of both.
         assert facts.subject is not None
         assert facts.service_account is not None
-        wait = self.limiter.take(facts.subject)
+        if not charged:
+            self._charge(facts.subject, namespace, trainjob)
+        return Identity(namespace, facts.service_account, facts.pod_name)
+
+    def _charge(
+        self, subject: str, namespace: str, trainjob: str, *, verified: bool = True
+    ) -> None:
+        """Spend a token of ``subject``'s bucket, or raise the 429. An unverified
+        subject (before a TokenReview) is the sender's word: it is not logged."""
+        wait = self.limiter.take(subject)
         if wait is not None:
             RATE_LIMITED.inc()
-            log.info(
-                "post rate-limited",
-                extra={"subject": facts.subject, "trainjob": f"{namespace}/{trainjob}"},
-            )
+            fields = {"trainjob": f"{namespace}/{trainjob}", "verified": verified}
+            if verified:
+                fields["subject"] = subject
+            log.info("post rate-limited", extra=fields)
             raise errors.too_many_requests(wait)
-        return Identity(namespace, facts.service_account, facts.pod_name)
 
     def _keyset(self) -> KeySet:
         assert self.keys is not None
@@ -233,8 +251,11 @@ class TokenAuthenticator:
         )
 
     async def _verify(
-        self, token: str, digest: bytes, audience: str, namespace: str, now: float
-    ) -> Verified:
+        self, token: str, digest: bytes, audience: str, namespace: str, trainjob: str, now: float
+    ) -> tuple[Verified, bool]:
+        """The verified entry, and whether the post was charged to its service account
+        on the way (before a TokenReview)."""
+        charged = False
         if self.signatures is not None:
             claims, key = await self.signatures.verify(token)
             facts = parse_facts(claims)
@@ -244,12 +265,26 @@ class TokenAuthenticator:
             facts = parse_facts(unverified_claims(token))
             # Claims first: a token that would fail them never reaches the API server.
             self._check(facts, audience, namespace, now)
+            # A refusal remembered for this digest costs nothing; any other review is
+            # charged to the account the token claims first, so forged tokens claiming
+            # one account cannot cost more reviews than its posts may pass.
+            self.reviewer.check_refused(digest)
+            if facts.pod_name is not None and facts.pod_uid is not None:
+                # What the pod cache can refuse costs no review: a forged token must
+                # name a live pod of the TrainJob, with its uid, to cost one.
+                assert self.binding is not None  # started
+                await self.binding.check_cached(
+                    namespace, facts.pod_name, facts.pod_uid, trainjob, now
+                )
+            assert facts.subject is not None  # check_facts has made sure of it
+            self._charge(facts.subject, namespace, trainjob, verified=False)
+            charged = True
             await self.reviewer.review(token, digest, audience, facts)
             key = None
         until = (facts.expires if facts.expires is not None else -1.0) + self.settings.leeway
         entry = Verified(facts, key, until)
         self.tokens.put(digest, entry, now)
-        return entry
+        return entry, charged
 
     @staticmethod
     def _refused(

@@ -46,6 +46,14 @@ class WatchCache:
     (0: not at all) is how long ``get_or_fetch`` remembers that the API server said an
     object does not exist, so a caller that keeps asking for a missing object costs one
     request per period, not one per call; the watch showing the object ends that at once.
+    ``fetch_client`` (default: ``client``) is the one ``get_or_fetch`` spends: a caller
+    on a request path gives the budget lane with its deadline there, while the list and
+    watch keep theirs.
+
+    ``optional`` is for a resource the cluster may not serve, or may not let us list
+    (a CRD not installed, an RBAC rule left out): a 403 or 404 from the list then sets
+    ``unavailable``, is logged once, and the list is retried at the backoff's cap, so a
+    CRD installed later is picked up. Readers treat an unavailable cache as empty.
     """
 
     def __init__(
@@ -57,6 +65,8 @@ class WatchCache:
         label_selector: str | None = None,
         transform: Callable[[Obj], Obj] | None = None,
         absent_seconds: float = 0.0,
+        fetch_client: KubeClient | None = None,
+        optional: bool = False,
         watch_seconds: float = 300.0,
         backoff: Backoff = DEFAULT_BACKOFF,
         min_watch_seconds: float = 1.0,
@@ -69,6 +79,10 @@ class WatchCache:
         self.label_selector = label_selector
         self.transform = transform
         self.absent_seconds = absent_seconds
+        self.fetch_client = fetch_client if fetch_client is not None else client
+        self.optional = optional
+        self.unavailable = False
+        self._said_missing = self._said_listed = False
         self.watch_seconds = watch_seconds
         self.backoff = backoff
         self.min_watch_seconds = min_watch_seconds
@@ -81,6 +95,7 @@ class WatchCache:
         self._task: asyncio.Task[None] | None = None
         self._fetches: dict[Key, asyncio.Task[Obj | None]] = {}
         self._absent: dict[Key, float] = {}  # key -> until when (clock) it is known absent
+        self._waiters: dict[Key, list[asyncio.Future[None]]] = {}
         self._failures = 0  # consecutive list/watch attempts that made no progress
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -109,6 +124,11 @@ class WatchCache:
     def __len__(self) -> int:
         return len(self._store)
 
+    @property
+    def waiting(self) -> int:
+        """Readers in ``wait_for`` now."""
+        return sum(len(waiters) for waiters in self._waiters.values())
+
     def get(self, namespace: str, name: str) -> Obj | None:
         """The cached object, or None. Treat it as read-only: it is shared."""
         return self._store.get((namespace, name))
@@ -116,6 +136,34 @@ class WatchCache:
     def list(self) -> list[Obj]:
         """Every cached object (read-only, as for ``get``)."""
         return self._store.objects()
+
+    async def wait_for(self, namespace: str, name: str, grace: float) -> Obj | None:
+        """The cached object, or the one the watch brings within ``grace`` seconds
+        (the first list included), or None; never a request of its own. For callers
+        that learn of an object from something its creation caused (a pod of a
+        TrainJob's JobSet) a moment before the watch may deliver it."""
+        key = (namespace, name)
+        if self.namespace is not None and namespace != self.namespace:
+            return None
+        try:
+            async with asyncio.timeout(grace):
+                while True:
+                    held = self._store.get(key)
+                    if held is not None or self.unavailable:
+                        return held
+                    # Woken by an event for this key, a relist, or the resource
+                    # turning out to be unavailable; then looked at again.
+                    woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                    waiters = self._waiters.setdefault(key, [])
+                    waiters.append(woken)
+                    try:
+                        await woken
+                    finally:
+                        waiters.remove(woken)
+                        if not waiters:
+                            self._waiters.pop(key, None)
+        except TimeoutError:
+            return self._store.get(key)
 
     async def get_or_fetch(self, namespace: str, name: str) -> Obj | None:
         """The cached object; on a miss, one request to the API server, so an object
@@ -156,11 +204,11 @@ class WatchCache:
 
     async def _fetch(self, namespace: str, name: str) -> Obj | None:
         if self.label_selector is None:
-            found = await self.client.get(self.resource, namespace, name)
+            found = await self.fetch_client.get(self.resource, namespace, name)
         else:
             # A GET would ignore the selector; a list narrowed to the name applies it,
             # still in one request.
-            listed = await self.client.list(
+            listed = await self.fetch_client.list(
                 self.resource,
                 namespace=namespace,
                 label_selector=self.label_selector,
@@ -201,6 +249,9 @@ class WatchCache:
                 continue
             if event.new is not None:
                 self._absent.pop(event.key, None)
+                for waiter in self._waiters.get(event.key, ()):
+                    if not waiter.done():
+                        waiter.set_result(None)
             for listener in list(self._listeners):
                 try:
                     listener(event)
@@ -227,6 +278,13 @@ class WatchCache:
                 else:
                     self._failures += 1
             except KubeError as exc:
+                if self.optional and exc.status in (403, 404):
+                    self._missing(exc)
+                    # Not a fault to back off from: the cluster may never serve it.
+                    # Served again, it is listed afresh.
+                    relist = True
+                    await asyncio.sleep(self.backoff.cap)
+                    continue
                 if exc.status == 410:
                     relist = True
                     # Expiry is routine after a long disconnect, but a version expired
@@ -248,14 +306,40 @@ class WatchCache:
             if delay > 0:
                 await asyncio.sleep(delay)
 
+    def _missing(self, exc: KubeError) -> None:
+        if not self.unavailable:
+            self.unavailable = True
+            # Once per process: a cluster that lets us list but not watch would
+            # otherwise say it again after every relist.
+            level = logging.DEBUG if self._said_missing else logging.WARNING
+            self._said_missing = True
+            log.log(
+                level,
+                "cannot list an optional resource: carrying on without it",
+                extra=self._log_fields(exc),
+            )
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
     async def _relist(self) -> None:
         listed = await self.client.list(
             self.resource, namespace=self.namespace, label_selector=self.label_selector
         )
+        if self.unavailable:
+            self.unavailable = False
+            level = logging.DEBUG if self._said_listed else logging.INFO
+            self._said_listed = True
+            log.log(level, "optional resource listed", extra={"resource": self.resource.qualified})
         self.resource_version = listed.resource_version
         items = listed.items if self.transform is None else [self._view(o) for o in listed.items]
         self._notify(*self._store.replace(items, listed.resource_version))
         self.synced.set()
+        self._wake_all()
 
     async def _watch(self) -> bool:
         """One watch to its end; False when it ended too soon to count as progress."""

@@ -12,11 +12,19 @@ Timeouts: kubernetes-asyncio applies no timeout unless ``_request_timeout`` is g
 bounds the whole call and ``connect_timeout`` its connection. A watch is bounded by
 ``timeout`` until its response starts and then by the server-side ``timeoutSeconds``
 plus ``timeout`` between reads.
+
+Budgets: a client spends one token bucket; ``lane()`` gives another client on the same
+connection with a bucket of its own, so callers that must not starve each other (status
+writes, token and pod look-ups, the caches' lists and watches) each get theirs. A client
+with a ``max_wait`` refuses at once, with ``KubeBudgetExhausted``, a request whose turn
+in the bucket is further away than that, instead of queueing it: the caller has a
+deadline and turns the refusal into an answer with Retry-After (or retries later).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
@@ -30,6 +38,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from .errors import (
+    KubeBudgetExhausted,
     KubeConfigError,
     KubeError,
     KubeUnavailable,
@@ -53,6 +62,7 @@ __all__ = [
     "FIELD_MANAGER",
     "JSON_PATCH",
     "MERGE_PATCH",
+    "KubeBudgetExhausted",
     "KubeClient",
     "KubeError",
     "KubeUnavailable",
@@ -118,14 +128,24 @@ async def load_configuration(kubeconfig: str | Path | None) -> Any:
     return configuration
 
 
+@dataclass
+class _Connection:
+    """The ApiClient every lane of one client shares (set by ``start()``)."""
+
+    api: Any = None
+
+
 class KubeClient:
     """Owns one kubernetes-asyncio ApiClient; ``start()`` before use, ``close()`` after
     (or ``async with``).
 
     Every call waits its turn in a token bucket (``qps`` per second, ``burst`` at once:
-    the peer's 5/10 by default) shared by everything that uses this client, is bounded by
+    the peer's 5/10 by default) shared by everything that uses this client (``lane()``
+    makes a client with a bucket of its own on the same connection), is bounded by
     the timeouts, and raises ``KubeError`` for an error answer or ``KubeUnavailable``
-    when there is none (connection failure, timeout).
+    when there is none (connection failure, timeout). With ``max_wait`` set, a call
+    that would wait longer than that for its turn raises ``KubeBudgetExhausted`` at once
+    and takes no token; None waits as long as the bucket says.
     """
 
     def __init__(
@@ -136,23 +156,63 @@ class KubeClient:
         burst: int = 10,
         timeout: float = 5.0,
         connect_timeout: float | None = None,
+        max_wait: float | None = None,
+        budget_name: str = "default",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.timeout = timeout
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
         self.budget = TokenBucket(qps, burst, clock)
-        self._api: Any = None
+        self.budget_name = budget_name
+        self.max_wait = max_wait
+        self._clock = clock
+        self._connection = _Connection()
+        self._owner = True
+
+    def lane(
+        self, name: str, *, qps: float, burst: int, max_wait: float | None = None
+    ) -> KubeClient:
+        """A client on this one's connection (started and closed with it) that spends a
+        bucket of its own, named ``name`` in errors and logs."""
+        other = self._sharing()
+        other.budget = TokenBucket(qps, burst, self._clock)
+        other.budget_name = name
+        other.max_wait = max_wait
+        return other
+
+    def waiting(self, max_wait: float | None) -> KubeClient:
+        """This client, same bucket, with another limit on how long a call may wait."""
+        other = self._sharing()
+        other.max_wait = max_wait
+        return other
+
+    def _sharing(self) -> KubeClient:
+        other = copy.copy(self)
+        other._owner = False
+        return other
+
+    @property
+    def _api(self) -> Any:
+        return self._connection.api
+
+    @_api.setter
+    def _api(self, api: Any) -> None:
+        # For subclasses that build the ApiClient themselves (a kubeconfig context).
+        self._connection.api = api
 
     async def start(self) -> KubeClient:
-        configuration = await load_configuration(self.kubeconfig)
-        self._api = k8s_client.ApiClient(configuration)
-        self._api.user_agent = USER_AGENT
+        """Open the connection (a lane's owner does it for all of its lanes)."""
+        if self._owner and self._connection.api is None:
+            configuration = await load_configuration(self.kubeconfig)
+            api = k8s_client.ApiClient(configuration)
+            api.user_agent = USER_AGENT
+            self._connection.api = api
         return self
 
     async def close(self) -> None:
-        if self._api is not None:
-            api, self._api = self._api, None
+        if self._owner and self._connection.api is not None:
+            api, self._connection.api = self._connection.api, None
             await api.close()
 
     async def __aenter__(self) -> KubeClient:
@@ -431,7 +491,13 @@ class KubeClient:
         return response
 
     async def _take_budget(self) -> None:
-        wait = self.budget.reserve()
+        if self.max_wait is None:
+            wait = self.budget.reserve()
+        else:
+            fits = self.budget.reserve_within(self.max_wait)
+            if fits is None:
+                raise KubeBudgetExhausted(self.budget_name, self.budget.delay())
+            wait = fits
         if wait > 0:
             try:
                 await asyncio.sleep(wait)

@@ -14,6 +14,16 @@ class KubeUnavailable(Exception):
     """The API server could not be reached or did not answer within the timeout."""
 
 
+class KubeBudgetExhausted(KubeUnavailable):
+    """The request was not sent: its share of the client-side API budget would not be
+    free within the caller's limit. ``retry_after`` is the seconds until it would be."""
+
+    def __init__(self, budget: str, retry_after: float) -> None:
+        super().__init__(f"the {budget} API budget is spent for the next {retry_after:.1f}s")
+        self.budget = budget
+        self.retry_after = retry_after
+
+
 class KubeConfigError(Exception):
     """No usable Kubernetes client configuration (kubeconfig or in-cluster)."""
 

@@ -11,7 +11,9 @@ class TokenBucket:
 
     ``reserve()`` always takes a token and says how long the caller must wait before
     using it, borrowing from the future when the bucket is empty: callers are served in
-    the order they reserved and no caller polls. ``try_take()`` takes one only if it is
+    the order they reserved and no caller polls. ``reserve_within(limit)`` does the same
+    only when that wait is at most ``limit``, so a caller with a deadline never queues
+    behind more borrowing than it can wait out. ``try_take()`` takes one only if it is
     there now, for callers that would rather do something else than wait.
     """
 
@@ -54,6 +56,15 @@ class TokenBucket:
     def reserve(self) -> float:
         """Take a token, possibly one not yet earned; returns the seconds to wait first."""
         wait = self.delay()
+        self._tokens -= 1.0
+        return wait
+
+    def reserve_within(self, limit: float) -> float | None:
+        """Like ``reserve()`` when the wait would be at most ``limit`` seconds; otherwise
+        take nothing and return None (``delay()`` then says how long until one fits)."""
+        wait = self.delay()
+        if wait > limit:
+            return None
         self._tokens -= 1.0
         return wait
 

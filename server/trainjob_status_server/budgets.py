@@ -1,0 +1,78 @@
+"""The server's Kubernetes API budgets: one connection, three token buckets.
+
+Who spends what (none can starve another, each has its own qps/burst flags):
+
+- ``writes`` (``--kube-api-qps``/``--kube-api-burst``, the peer's 5/10): status writes
+  and the TrainJob look-up of an authenticated post whose TrainJob the cache lacks;
+- ``auth`` (``--kube-auth-*``, 2/5): what token checking asks the API server for
+  (TokenReview, issuer discovery and JWKS, a pod the cache lacks);
+- ``watch`` (``--kube-watch-*``, 2/10): the caches' lists and watches, the certificate
+  bootstrap and CA distribution, none of which any request can cause.
+
+A call made for a request (a post's look-up, a direct write, a TokenReview, a pod
+fetch) waits for its bucket at most ``--kube-api-timeout``; one that would wait longer
+is refused at once and the post answered 503 with a Retry-After of that wait. The
+coalescing writer is no request: its writes wait their turn in the ``writes`` bucket.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import errors
+from .kube.client import KubeClient
+from .kube.errors import KubeBudgetExhausted, KubeUnavailable
+
+if TYPE_CHECKING:
+    from .config import Config
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """The lanes of one KubeClient; ``watch`` is the client itself (it owns the
+    connection: start and close it)."""
+
+    watch: KubeClient
+    writes: KubeClient
+    auth: KubeClient
+
+    @classmethod
+    def for_config(cls, config: Config) -> Budgets:
+        watch = KubeClient(
+            kubeconfig=config.kubeconfig,
+            timeout=config.kube_api_timeout,
+            qps=config.kube_watch_qps,
+            burst=config.kube_watch_burst,
+            budget_name="watch",
+        )
+        deadline = config.kube_api_timeout
+        return cls(
+            watch=watch,
+            writes=watch.lane(
+                "writes", qps=config.kube_api_qps, burst=config.kube_api_burst, max_wait=deadline
+            ),
+            auth=watch.lane(
+                "auth", qps=config.kube_auth_qps, burst=config.kube_auth_burst, max_wait=deadline
+            ),
+        )
+
+
+BUDGET_SPENT_MESSAGE = "The Kubernetes API budget is spent: retry later"
+
+
+def unavailable_for(exc: KubeUnavailable) -> errors.StatusError:
+    """The 503 a post gets when a call it needed was not answered, or was not sent
+    because its budget was spent (then the message says so and Retry-After is the
+    budget's wait, in whole seconds and never 0: 0 invites a hot retry)."""
+    if isinstance(exc, KubeBudgetExhausted):
+        seconds = max(1, math.ceil(exc.retry_after))
+        return errors.StatusError(
+            503,
+            "ServiceUnavailable",
+            BUDGET_SPENT_MESSAGE,
+            details={"retryAfterSeconds": seconds},
+            headers={"Retry-After": str(seconds)},
+        )
+    return errors.unavailable()
