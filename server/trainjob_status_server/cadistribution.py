@@ -9,8 +9,9 @@ the same name cannot race its own ConfigMap's garbage collection.
 Driven by the TrainJob cache's listeners: a TrainJob in a namespace we have not written
 (with the current CA) queues that namespace; one worker writes the queue by server-side
 apply (field manager ``trainjob-status-ca``, so every replica owns the same fields and
-their writes agree), one request at a time, so a start with many namespaces shares the
-API budget with status writes instead of taking it. The CA comes from a file (what the
+their writes agree), one request at a time, within the watch budget (see
+``budgets.py``), so a start with many namespaces never takes what status writes need.
+The CA comes from a file (what the
 certificate bootstrap writes, or cert-manager's Secret mounted), read again every
 ``poll_interval``: when it changes, every namespace is written again.
 """
