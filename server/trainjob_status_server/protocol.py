@@ -1,0 +1,210 @@
+"""aiohttp's per-connection protocol with two changes: the bytes of a request's line and
+headers are bounded, and requests aiohttp's parser refuses are answered as the API
+server answers (a JSON ``metav1.Status``), logged in one line without header bytes.
+
+The head bound is what keeps memory flat before authentication: aiohttp's own limits are
+per line and per header, so a client may otherwise send a hundred or so lines of 8 KiB
+each and hold them for as long as it stays silent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from aiohttp import streams, web
+from aiohttp.http_exceptions import (
+    BadHttpMessage,
+    BadStatusLine,
+    HttpProcessingError,
+    InvalidHeader,
+    InvalidURLError,
+    LineTooLong,
+)
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+
+from . import errors
+
+log = logging.getLogger("trainjob_status_server.access")
+
+_BLANK_LINE = b"\r\n\r\n"
+
+# llhttp's reasons are fixed texts; anything else in a parser message may quote the
+# client's bytes (a bearer token among them), so only a reason of this shape is repeated.
+_PARSER_REASON = re.compile(r"[A-Za-z][A-Za-z0-9 ,.'-]{0,79}")
+
+
+class HeadersTooLarge(BadHttpMessage):
+    code = 431
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request line and headers over {limit} bytes")
+
+
+def head_end(tail: bytes, data: bytes) -> int:
+    """Where in ``data`` the blank line that ends a head ends (the index after it), given
+    the last bytes (at most three) of the same head received before; -1 if not in it."""
+    if tail:
+        joined = (tail + data[:3]).find(_BLANK_LINE)
+        if joined >= 0:
+            return joined + 4 - len(tail)
+    found = data.find(_BLANK_LINE)
+    return -1 if found < 0 else found + 4
+
+
+class HeadBudget:
+    """Stands in for aiohttp's request parser and counts the bytes of each request's line
+    and headers, refusing the head that goes over ``limit`` before the parser keeps any of
+    it. Bodies are not counted: a head begins once the previous request's body is in.
+
+    The count restarts at the read in which a request comes out of the parser, so bytes of
+    a pipelined head that arrive in that same read are not counted: the bound is ``limit``
+    plus one read (one TLS record on the serving port)."""
+
+    def __init__(self, parser: Any, limit: int) -> None:
+        self._parser = parser
+        self.limit = limit
+        self.pending = 0  # bytes of the current head received so far
+        self._tail = b""
+        self._body: streams.StreamReader | None = None  # the body still arriving
+        self._refused = False
+
+    @property
+    def idle(self) -> bool:
+        """Nothing received since the last request came out of the parser."""
+        return self.pending == 0 and not self._tail and self._body is None
+
+    def feed_data(self, data: bytes) -> tuple[Any, bool, bytes]:
+        if self._refused:
+            return (), False, b""
+        if self._body is not None and self._body.is_eof():
+            self._body = None
+        end = -1
+        if self._body is None:
+            end = head_end(self._tail, data)
+            if self.pending + (len(data) if end < 0 else end) > self.limit:
+                self._refused = True
+                raise HeadersTooLarge(self.limit)
+            if end < 0:
+                self.pending += len(data)
+                self._tail = (self._tail + data[-3:])[-3:]
+        messages, upgraded, tail = self._parser.feed_data(data)
+        if messages:
+            payload = messages[-1][1]
+            self._body = None if payload.is_eof() else payload
+            self.pending, self._tail = 0, b""
+        elif end >= 0:
+            # A blank line and no request: empty lines before a request line, which the
+            # parser skips. What follows them is the head.
+            self.pending, self._tail = len(data) - end, data[-3:] if len(data) > end else b""
+        return messages, upgraded, tail
+
+    def feed_eof(self) -> Any:
+        return self._parser.feed_eof()
+
+    def message_consumed(self) -> None:
+        self._parser.message_consumed()
+
+    def set_upgraded(self, val: bool) -> None:
+        self._parser.set_upgraded(val)
+
+    def pause_reading(self) -> None:
+        self._parser.pause_reading()
+
+
+def parser_refusal(exc: BaseException | None) -> errors.StatusError:
+    """The answer to a request aiohttp's parser refused (``exc``), worded without any of
+    the request's bytes."""
+    if isinstance(exc, LineTooLong | HeadersTooLarge):
+        return errors.StatusError(
+            431, "RequestHeaderFieldsTooLarge", "Request header fields too large"
+        )
+    if isinstance(exc, BadStatusLine):
+        return bad_request("Malformed request line")
+    if isinstance(exc, InvalidURLError):
+        return bad_request("Invalid request target")
+    if isinstance(exc, InvalidHeader):
+        return bad_request("Invalid header")
+    if isinstance(exc, HttpProcessingError):
+        reason = exc.message.split(":\n", 1)[0]
+        if _PARSER_REASON.fullmatch(reason):
+            return bad_request(f"Bad request: {reason}")
+    return bad_request("Bad request")
+
+
+def bad_request(message: str) -> errors.StatusError:
+    return errors.StatusError(400, "BadRequest", message)
+
+
+class _Answer(web.Response):
+    """A Status answer with no ``Server`` header: aiohttp adds one naming its version
+    when the response is prepared, and no application hook runs for these answers."""
+
+    async def _prepare_headers(self) -> None:
+        await super()._prepare_headers()
+        self.headers.popall("Server", None)
+
+
+def status_answer(status: errors.StatusError) -> web.Response:
+    answer = _Answer(
+        status=status.code,
+        body=json.dumps(status.body(), separators=(",", ":")).encode(),
+        content_type="application/json",
+    )
+    answer.force_close()
+    return answer
+
+
+class StatusRequestHandler(RequestHandler):
+    """aiohttp's protocol for one connection, with the head bound and Status answers."""
+
+    def __init__(self, manager: web.Server, *, max_head_bytes: int, **kwargs: Any) -> None:
+        kwargs["max_line_size"] = kwargs["max_field_size"] = max_head_bytes
+        super().__init__(manager, **kwargs)
+        self.head = HeadBudget(self._parser, max_head_bytes)
+        self._parser = self.head  # type: ignore[assignment]
+
+    @property
+    def idle(self) -> bool:
+        """Waiting for the next request of a keep-alive connection, with none of it in:
+        closing it now loses nothing."""
+        return (
+            self._request_count > 0
+            and not self._request_in_progress
+            and not self._messages
+            and self.head.idle
+        )
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if not isinstance(exc, HttpProcessingError):
+            # A handler's failure, not the client's: aiohttp logs it with its traceback.
+            self.log_exception("Error handling request", exc_info=exc)
+            answer = errors.internal_error() if status == 500 else _other(status)
+        else:
+            answer = parser_refusal(exc)
+            log.info(
+                "request refused by the parser",
+                extra={
+                    "code": answer.code,
+                    "error": type(exc).__name__,
+                    "remote": request.remote,
+                },
+            )
+        if request.writer.output_size > 0:
+            raise ConnectionError("an answer was already sent on this connection")
+        return status_answer(answer)
+
+
+def _other(status: int) -> errors.StatusError:
+    if status == 504:
+        return errors.StatusError(504, "Timeout", "Handler timed out")
+    return errors.StatusError(status, "InternalError", "Internal error")
