@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from typing import Any
 
 from aiohttp import streams, web
@@ -32,9 +31,34 @@ log = logging.getLogger("trainjob_status_server.access")
 
 _BLANK_LINE = b"\r\n\r\n"
 
-# llhttp's reasons are fixed texts; anything else in a parser message may quote the
-# client's bytes (a bearer token among them), so only a reason of this shape is repeated.
-_PARSER_REASON = re.compile(r"[A-Za-z][A-Za-z0-9 ,.'-]{0,79}")
+# A parser message may quote the client's bytes (a bearer token among them): only these
+# fixed reasons of llhttp and aiohttp are repeated in an answer.
+_REPEATED_REASONS = frozenset(
+    {
+        "Content-Length can't be present with Transfer-Encoding",
+        "Transfer-Encoding can't be present with Content-Length",
+        "Duplicate Content-Length",
+        "Content-Length overflow",
+        "Invalid character in Content-Length",
+        "Invalid `Transfer-Encoding` header value",
+        "Request has invalid `Transfer-Encoding`",
+        "Invalid character in chunk size",
+        "Invalid character in chunk extensions",
+        "Missing expected CR after chunk size",
+        "Expected LF after chunk size",
+        "Missing expected CR after chunk data",
+        "Expected LF after chunk data",
+        "Invalid header token",
+        "Invalid header field char",
+        "Invalid header value char",
+        "Missing expected CR after header value",
+        "Missing expected LF after header value",
+        "Unexpected whitespace after header value",
+        "Expected LF after headers",
+        "Too many headers received",
+        "Data after `Connection: close`",
+    }
+)
 
 
 class HeadersTooLarge(BadHttpMessage):
@@ -129,8 +153,8 @@ def parser_refusal(exc: BaseException | None) -> errors.StatusError:
     if isinstance(exc, InvalidHeader):
         return bad_request("Invalid header")
     if isinstance(exc, HttpProcessingError):
-        reason = exc.message.split(":\n", 1)[0]
-        if _PARSER_REASON.fullmatch(reason):
+        reason = exc.message.split(":\n", 1)[0].rstrip(".")
+        if reason in _REPEATED_REASONS:
             return bad_request(f"Bad request: {reason}")
     return bad_request("Bad request")
 
