@@ -18,7 +18,8 @@ too (the answer waits to be sent): a connection whose writes stay paused for
 TLS is layered here rather than by ``create_server(ssl=...)`` for one reason: memory.
 asyncio gives every TLS connection a 256 KiB receive buffer, written through when it is
 made, so 1,000 idle keep-alive connections from pods cost 250 MiB. A status post is a
-few KiB; a buffer of one TLS record (16 KiB) reads it in the same number of calls.
+few KiB; a buffer of one TLS record (16 KiB), shared by all connections, reads it in the
+same number of calls.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import weakref
 from asyncio import sslproto
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ from typing import Any
 from aiohttp import web
 
 from . import selfmetrics
+from .memory import HeapTrim
 from .protocol import StatusRequestHandler
 from .slots import RefusalLog, Slots
 
@@ -101,6 +104,9 @@ class FirstRequestDeadline(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel()
         self._cancel_write_timer()
+        # The TLS transport refers back to this protocol: without this, a closed
+        # connection waits for the cycle collector to be freed.
+        self._transport = None
         self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -133,9 +139,31 @@ class FirstRequestDeadline(asyncio.Protocol):
 
 
 class _TLSProtocol(sslproto.SSLProtocol):
-    """asyncio's TLS protocol with a receive buffer of one TLS record, not 256 KiB."""
+    """asyncio's TLS protocol with a receive buffer of one TLS record, not 256 KiB, shared
+    by every connection of the event loop. asyncio fills it and hands its bytes to the TLS
+    object in one synchronous step (get_buffer, recv_into, buffer_updated on the selector
+    loop), so no two connections ever use it at once; one buffer per connection would be
+    memory each idle or stalled connection holds, and what the allocator keeps after a
+    crowd of them has gone."""
 
     max_size = 16 * 1024
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *args: Any, **kwargs: Any) -> None:
+        super().__init__(loop, *args, **kwargs)
+        self._ssl_buffer_view = _receive_buffer(loop)
+        self._ssl_buffer = self._ssl_buffer_view.obj
+
+
+_RECEIVE_BUFFERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, memoryview] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _receive_buffer(loop: asyncio.AbstractEventLoop) -> memoryview:
+    view = _RECEIVE_BUFFERS.get(loop)
+    if view is None:
+        view = _RECEIVE_BUFFERS[loop] = memoryview(bytearray(_TLSProtocol.max_size))
+    return view
 
 
 def tls_protocol(
@@ -144,16 +172,14 @@ def tls_protocol(
     context: ssl.SSLContext,
     handshake_timeout: float,
 ) -> sslproto.SSLProtocol:
-    """What ``create_server(ssl=...)`` builds around ``app``, with the smaller buffer. No
-    waiter: nothing awaits the handshake (typeshed asks for a future and an int; the code
-    takes None and any positive number)."""
+    """What ``create_server(ssl=...)`` builds around ``app``, with the shared buffer."""
     return _TLSProtocol(
         loop,
         app,
         context,
-        None,  # type: ignore[arg-type]
+        None,  # no waiter: nothing awaits the handshake
         server_side=True,
-        ssl_handshake_timeout=handshake_timeout,  # type: ignore[arg-type]
+        ssl_handshake_timeout=handshake_timeout,
     )
 
 
@@ -194,8 +220,9 @@ class _Admitted:
     """Takes a slot when the TCP connection is made, before anything else runs for it
     (no TLS handshake for a refused one), and frees it when the connection is lost."""
 
-    def __init__(self, slots: Slots, handler: StatusRequestHandler) -> None:
+    def __init__(self, slots: Slots, heap: HeapTrim, handler: StatusRequestHandler) -> None:
         self.slots = slots
+        self.heap = heap
         self.handler = handler
         self.seat: _Seat | None = None
 
@@ -205,12 +232,14 @@ class _Admitted:
             transport.abort()  # type: ignore[attr-defined]
             return False
         self.seat = seat
+        self.heap.opened(len(self.slots))
         return True
 
     def release(self) -> None:
         if self.seat is not None:
             self.slots.release(self.seat)
             self.seat = None
+            self.heap.closed(len(self.slots))
 
 
 class _AdmittedTLS(_TLSProtocol):
@@ -270,6 +299,7 @@ class CappedSite(web.BaseSite):
             refused=refused,
             evicted=lambda: self._closed("idle_evicted"),
         )
+        self.heap = HeapTrim()
 
     def _closed(self, reason: str) -> None:
         selfmetrics.CONNECTIONS_CLOSED.labels(self.listener, reason).inc()
@@ -304,7 +334,7 @@ class CappedSite(web.BaseSite):
             handler = StatusRequestHandler(
                 server, loop=loop, max_head_bytes=limits.max_head_bytes, **settings
             )
-            admitted = _Admitted(self.slots, handler)
+            admitted = _Admitted(self.slots, self.heap, handler)
             if tls is None:
                 plain = _AdmittedPlain(
                     handler,
@@ -324,9 +354,9 @@ class CappedSite(web.BaseSite):
                 loop,
                 app,
                 tls,
-                None,  # type: ignore[arg-type]
+                None,  # no waiter: nothing awaits the handshake
                 server_side=True,
-                ssl_handshake_timeout=limits.header_timeout,  # type: ignore[arg-type]
+                ssl_handshake_timeout=limits.header_timeout,
             )
             outer.admitted = admitted
             return outer

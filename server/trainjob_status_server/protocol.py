@@ -80,18 +80,22 @@ def head_end(tail: bytes, data: bytes) -> int:
 
 
 class HeadBudget:
-    """Stands in for aiohttp's request parser and counts the bytes of each request's line
-    and headers, refusing the head that goes over ``limit`` before the parser keeps any of
-    it. Bodies are not counted: a head begins once the previous request's body is in.
+    """Stands in for aiohttp's request parser. It counts the bytes of each request's line
+    and headers, refusing the head that goes over ``limit``, and holds an unfinished head
+    in one buffer of its own until its blank line arrives: the parser, which makes a few
+    objects of every header line, sees a head only once it is whole, so a connection that
+    stalls in the middle of one holds its bytes and nothing more. Bodies are not counted
+    or held: a head begins once the previous request's body is in.
 
     The count restarts at the read in which a request comes out of the parser, so bytes of
-    a pipelined head that arrive in that same read are not counted: the bound is ``limit``
-    plus one read (one TLS record on the serving port)."""
+    a pipelined head that arrive in that same read go to the parser uncounted: the bound
+    is ``limit`` plus one read (one TLS record on the serving port)."""
 
     def __init__(self, parser: Any, limit: int) -> None:
         self._parser = parser
         self.limit = limit
         self.pending = 0  # bytes of the current head received so far
+        self._held = bytearray()  # those of them the parser has not seen yet
         self._tail = b""
         self._body: streams.StreamReader | None = None  # the body still arriving
         self._refused = False
@@ -110,11 +114,17 @@ class HeadBudget:
         if self._body is None:
             end = head_end(self._tail, data)
             if self.pending + (len(data) if end < 0 else end) > self.limit:
-                self._refused = True
+                self._refused, self._held = True, bytearray()
                 raise HeadersTooLarge(self.limit)
             if end < 0:
                 self.pending += len(data)
                 self._tail = (self._tail + data[-3:])[-3:]
+                self._held += data
+                return (), False, b""
+            if self._held:
+                data = bytes(self._held) + data
+                end += len(self._held)
+                self._held = bytearray()
         messages, upgraded, tail = self._parser.feed_data(data)
         if messages:
             payload = messages[-1][1]
@@ -125,6 +135,14 @@ class HeadBudget:
             # parser skips. What follows them is the head.
             self.pending, self._tail = len(data) - end, data[-3:] if len(data) > end else b""
         return messages, upgraded, tail
+
+    def detach(self) -> None:
+        """Takes no more: drops what it holds, the parser and the body (both refer back to
+        the connection's protocol)."""
+        self._parser = None
+        self._body = None
+        self._held = bytearray()
+        self._refused = True
 
     def feed_eof(self) -> Any:
         return self._parser.feed_eof()
@@ -190,6 +208,12 @@ class StatusRequestHandler(RequestHandler):
         super().__init__(manager, **kwargs)
         self.head = HeadBudget(self._parser, max_head_bytes)
         self._parser = self.head  # type: ignore[assignment]
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        super().connection_lost(exc)
+        # aiohttp drops its parser here so that the connection is freed by reference
+        # counting, not left to the cycle collector: so does the budget around it.
+        self.head.detach()
 
     @property
     def idle(self) -> bool:
