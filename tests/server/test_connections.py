@@ -424,3 +424,28 @@ async def test_probes_answer_while_the_metrics_port_is_full(config: Config) -> N
                     assert (response.status, await response.text()) == (200, "ok")
         for writer in scrapers:
             writer.close()
+
+
+async def test_concurrent_tls_connections_sharing_the_receive_buffer_each_get_their_answer(
+    running: StatusServer, certs: ServingCerts
+) -> None:
+    """Bodies of several TLS records, sent at once on many connections: the receive
+    buffer the connections share never mixes their bytes."""
+
+    async def one(progress: int, source: str) -> int:
+        reader, writer = await connect(running, certs, source)
+        body = json.dumps({"trainerStatus": {"progressPercentage": progress}}).encode()
+        body = body[:-1] + b" " * 40_000 + body[-1:]
+        for _ in range(2):
+            writer.write(head(length=len(body)))
+            for start in range(0, len(body), 5000):
+                writer.write(body[start : start + 5000])
+                await writer.drain()
+            status, _, answered = await answer(reader)
+            assert status == b"HTTP/1.1 200 OK"
+            assert answered["trainerStatus"]["progressPercentage"] == progress
+        writer.close()
+        return progress
+
+    done = await asyncio.gather(*(one(p, f"127.0.0.{2 + p % 4}") for p in range(1, 9)))
+    assert done == list(range(1, 9))
