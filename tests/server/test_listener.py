@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
+from prometheus_client import REGISTRY
 
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth.testing import AcceptAll
@@ -78,14 +79,21 @@ def status_rv(devcluster: DevCluster) -> str:
     return str(obj["metadata"]["resourceVersion"])
 
 
+def header_timeouts() -> float:
+    labels = {"listener": "serving", "reason": "header_timeout"}
+    return REGISTRY.get_sample_value("trainjob_status_connections_closed_total", labels) or 0.0
+
+
 async def test_a_connection_that_sends_nothing_is_closed_after_the_deadline(
     running: StatusServer, certs: ServingCerts
 ) -> None:
+    before = header_timeouts()
     reader, writer = await connect(running, certs)
     waited, received = await closed_after(reader)
     writer.close()
     assert received == b""
     assert DEADLINE * 0.8 < waited < 5
+    assert header_timeouts() - before == 1
 
 
 async def test_headers_sent_a_byte_at_a_time_lose_the_connection_and_write_nothing(
