@@ -37,12 +37,12 @@ from aiohttp import web
 
 from . import selfmetrics
 from .memory import HeapTrim
-from .protocol import StatusRequestHandler
+from .protocol import HEAD_TIMEOUT, StatusRequestHandler
 from .slots import RefusalLog, Slots
 
 _END_OF_HEADERS = b"\r\n\r\n"
 
-HEADER_TIMEOUT = "header_timeout"
+HEADER_TIMEOUT = HEAD_TIMEOUT
 WRITE_TIMEOUT = "write_timeout"
 
 
@@ -332,7 +332,12 @@ class CappedSite(web.BaseSite):
 
         def factory() -> asyncio.BaseProtocol:
             handler = StatusRequestHandler(
-                server, loop=loop, max_head_bytes=limits.max_head_bytes, **settings
+                server,
+                loop=loop,
+                max_head_bytes=limits.max_head_bytes,
+                head_timeout=limits.header_timeout,
+                closed=self._closed,
+                **settings,
             )
             admitted = _Admitted(self.slots, self.heap, handler)
             if tls is None:

@@ -9,8 +9,10 @@ each and hold them for as long as it stays silent.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import streams, web
@@ -30,6 +32,8 @@ from . import errors
 log = logging.getLogger("trainjob_status_server.access")
 
 _BLANK_LINE = b"\r\n\r\n"
+
+HEAD_TIMEOUT = "header_timeout"
 
 # A parser message may quote the client's bytes (a bearer token among them): only these
 # fixed reasons of llhttp and aiohttp are repeated in an answer.
@@ -201,15 +205,46 @@ def status_answer(status: errors.StatusError) -> web.Response:
 
 
 class StatusRequestHandler(RequestHandler):
-    """aiohttp's protocol for one connection, with the head bound and Status answers."""
+    """aiohttp's protocol for one connection, with the head bound, a deadline for each
+    head once its first byte is in (``head_timeout``: aiohttp would otherwise wait for the
+    rest of a later request's head until its keep-alive timeout), and Status answers.
+    ``closed`` is told when the deadline closes the connection."""
 
-    def __init__(self, manager: web.Server, *, max_head_bytes: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        manager: web.Server,
+        *,
+        max_head_bytes: int,
+        head_timeout: float | None = None,
+        closed: Callable[[str], None] = lambda _reason: None,
+        **kwargs: Any,
+    ) -> None:
         kwargs["max_line_size"] = kwargs["max_field_size"] = max_head_bytes
         super().__init__(manager, **kwargs)
         self.head = HeadBudget(self._parser, max_head_bytes)
         self._parser = self.head  # type: ignore[assignment]
+        self._head_timeout = head_timeout
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._closed_by_deadline = closed
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.head.pending and self._head_timer is None and self._head_timeout is not None:
+            self._head_timer = self._loop.call_later(self._head_timeout, self._head_expired)
+        elif not self.head.pending and self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_expired(self) -> None:
+        self._head_timer = None
+        if self.head.pending and self.transport is not None:
+            self._closed_by_deadline(HEAD_TIMEOUT)
+            self.force_close()
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
         super().connection_lost(exc)
         # aiohttp drops its parser here so that the connection is freed by reference
         # counting, not left to the cycle collector: so does the budget around it.

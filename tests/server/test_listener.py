@@ -151,6 +151,34 @@ async def test_a_connection_that_made_a_request_stays_open_past_the_deadline(
     assert obj["status"]["trainerStatus"]["progressPercentage"] == 2
 
 
+async def test_a_later_request_whose_head_stalls_loses_the_connection_after_the_deadline(
+    running: StatusServer, certs: ServingCerts, devcluster: DevCluster
+) -> None:
+    reader, writer = await connect(running, certs)
+    body = json.dumps({"trainerStatus": {"progressPercentage": 9}}).encode()
+    writer.write(post(body))
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    await reader.readexactly(length)
+    await running.writer.wait_idle()  # type: ignore[attr-defined]
+    before, timeouts = status_rv(devcluster), header_timeouts()
+    # The next request's head starts and never ends: the connection goes after
+    # --read-timeout, not after --idle-timeout.
+    writer.write(post(b'{"trainerStatus": {"progressPercentage": 10}}')[:60])
+    await writer.drain()
+    waited, received = await closed_after(reader)
+    writer.close()
+    assert received == b""
+    assert DEADLINE * 0.8 < waited < 5
+    assert header_timeouts() - timeouts == 1
+    assert status_rv(devcluster) == before
+
+
 async def test_a_tcp_connection_that_never_starts_tls_is_closed_after_the_deadline(
     running: StatusServer,
 ) -> None:
