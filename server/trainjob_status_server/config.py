@@ -204,7 +204,8 @@ _FLAGS = (
         "read_timeout",
         float,
         "seconds to receive a request body; also for a new connection's TLS handshake and"
-        " first request's headers (closed otherwise)",
+        " first request's headers, and for each later request's headers from their first"
+        " byte (closed otherwise)",
     ),
     _Flag("idle_timeout", float, "seconds an idle keep-alive connection stays open"),
     _Flag(
