@@ -129,7 +129,12 @@ class HeadBudget:
                 data = bytes(self._held) + data
                 end += len(self._held)
                 self._held = bytearray()
-        messages, upgraded, tail = self._parser.feed_data(data)
+        try:
+            messages, upgraded, tail = self._parser.feed_data(data)
+        except HttpProcessingError:
+            # Answered once (aiohttp closes after the answer): what follows is not parsed.
+            self._refused, self._held = True, bytearray()
+            raise
         if messages:
             payload = messages[-1][1]
             self._body = None if payload.is_eof() else payload
