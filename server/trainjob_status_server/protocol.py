@@ -115,7 +115,9 @@ class HeadBudget:
         if self._body is not None and self._body.is_eof():
             self._body = None
         end = -1
-        if self._body is None:
+        # No data: aiohttp asks the parser for requests it holds back while its queue is
+        # full, bytes that were counted when they came.
+        if self._body is None and data:
             end = head_end(self._tail, data)
             if self.pending + (len(data) if end < 0 else end) > self.limit:
                 self._refused, self._held = True, bytearray()

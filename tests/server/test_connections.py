@@ -399,6 +399,34 @@ async def test_a_client_that_never_reads_is_closed_after_the_write_timeout(
     assert after - before == 1
 
 
+async def test_a_tls_client_that_never_reads_is_closed_after_the_write_timeout(
+    config: Config, certs: ServingCerts
+) -> None:
+    async with StatusServer(with_changes(config, write_timeout=0.2), AcceptAll()) as server:
+        before = counted(
+            "trainjob_status_connections_closed_total", listener="serving", reason="write_timeout"
+        )
+        sock = socket.create_connection(address(server.url))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        _, writer = await asyncio.open_connection(
+            sock=sock, ssl=certs.client_context(), server_hostname="localhost"
+        )
+        requests = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 50
+
+        async def send_until_closed() -> None:
+            while True:
+                writer.write(requests)
+                await writer.drain()
+
+        with pytest.raises((ConnectionError, ssl.SSLError)):
+            await asyncio.wait_for(send_until_closed(), 60)
+        writer.close()
+        after = counted(
+            "trainjob_status_connections_closed_total", listener="serving", reason="write_timeout"
+        )
+    assert after - before == 1
+
+
 # -- probes -------------------------------------------------------------------------------
 
 
@@ -449,3 +477,18 @@ async def test_concurrent_tls_connections_sharing_the_receive_buffer_each_get_th
 
     done = await asyncio.gather(*(one(p, f"127.0.0.{2 + p % 4}") for p in range(1, 9)))
     assert done == list(range(1, 9))
+
+
+async def test_pipelined_requests_beyond_the_parsers_queue_are_all_answered(
+    running: StatusServer, certs: ServingCerts
+) -> None:
+    """aiohttp parses at most a few dozen requests ahead and asks for the rest once it
+    has answered them: the head bound passes that request on."""
+    reader, writer = await connect(running, certs)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 100)
+    await writer.drain()
+    for _ in range(100):
+        raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert await reader.readexactly(2) == b"ok"
+    writer.close()
