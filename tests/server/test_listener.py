@@ -1,7 +1,7 @@
-"""The listener's deadline for a connection's first request: a client that connects and
-then sends nothing, or its headers a byte at a time, loses its connection after
---read-timeout instead of holding a slot for ever; one that has sent a request keeps its
-keep-alive connection."""
+"""The listener's deadlines for a request's head: a client that connects and then sends
+nothing, or its headers a byte at a time, loses its connection after --read-timeout
+instead of holding a slot for ever, and so does one whose later request's head stalls;
+one that has sent a request keeps its keep-alive connection."""
 
 from __future__ import annotations
 
