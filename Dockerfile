@@ -51,6 +51,7 @@ ENV PATH=/opt/trainjob-status/bin:$PATH \
 # A fixed UID/GID with no login (the manifests' runAsUser/runAsGroup/fsGroup match it).
 USER 65532:65532
 WORKDIR /tmp
-# 10443: status posts and the pod injector (HTTPS); 9090: metrics and probes (HTTP).
-EXPOSE 10443 9090
+# 10443: status posts and the pod injector (HTTPS); 9090: metrics and probes (HTTP);
+# 8081: probes alone (HTTP).
+EXPOSE 10443 9090 8081
 ENTRYPOINT ["trainjob-status-server", "serve"]

@@ -84,6 +84,7 @@ async def ingest_server(port: int, cert: Path, key: Path, kubeconfig: Path) -> N
         host="127.0.0.1",
         port=port,
         metrics_port=0,
+        probe_port=0,
         tls_cert_file=cert,
         tls_key_file=key,
         kubeconfig=kubeconfig,

@@ -1,7 +1,7 @@
 """The composition root: a Config (and an authenticator) -> running components.
 
 Start order: Kubernetes client, TrainJob cache, TLS watcher, the serving listener, the
-metrics listener. Stop order (SIGTERM): readiness goes false, the serving listener stops
+metrics and probe listeners. Stop order (SIGTERM): readiness goes false, the serving listener stops
 accepting, in-flight requests finish (up to ``shutdown_timeout``), then the rest closes.
 """
 
@@ -25,7 +25,7 @@ from .kube.cache import WatchCache
 from .kube.client import KubeClient
 from .kube.errors import KubeUnavailable
 from .kube.resources import TRAINJOBS
-from .listener import CappedSite
+from .listener import CappedSite, Limits
 from .middleware import no_server_header, status_errors
 from .tls import ReloadingTLS
 from .views import trainjob_view
@@ -39,6 +39,14 @@ LINGER_SECONDS = 2.0
 the body is read and dropped before closing, so the client can still read the answer
 rather than have it lost to a reset: aiohttp's default is 10 s, for which a stalled
 client would keep its connection slot after its 408."""
+
+METRICS_CONNECTIONS = 64
+"""Open connections to the metrics port: scrapers keep one each."""
+
+METRICS_CONNECTIONS_PER_IP = 16
+
+PROBE_CONNECTIONS = 16
+"""Open connections to the probe port: the kubelet opens one per probe and closes it."""
 
 TRAINJOB_ABSENT_SECONDS = 10.0
 """How long a TrainJob the API server said does not exist is taken as missing without
@@ -112,8 +120,10 @@ class StatusServer:
         self.shutting_down = False
         self._serving: web.AppRunner | None = None
         self._metrics: web.AppRunner | None = None
+        self._probes: web.AppRunner | None = None
         self._site: CappedSite | None = None
         self._metrics_site: CappedSite | None = None
+        self._probe_site: CappedSite | None = None
 
     # -- what the handlers ask -------------------------------------------------------
 
@@ -156,6 +166,15 @@ class StatusServer:
         app.router.add_get("/readyz", self._readyz)
         return app
 
+    def probe_app(self) -> web.Application:
+        """The probes alone, on a port of their own: scrapers holding every metrics slot
+        cannot make the liveness probe fail."""
+        app = web.Application()
+        app.on_response_prepare.append(no_server_header)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        return app
+
     # -- lifecycle -------------------------------------------------------------------
 
     @property
@@ -168,6 +187,21 @@ class StatusServer:
     def metrics_url(self) -> str:
         assert self._metrics_site is not None
         return f"http://{_url_host(self.config.host)}:{self._metrics_site.port}"
+
+    @property
+    def probe_url(self) -> str:
+        assert self._probe_site is not None
+        return f"http://{_url_host(self.config.host)}:{self._probe_site.port}"
+
+    def _limits(self, max_connections: int, per_ip: int) -> Limits:
+        config = self.config
+        return Limits(
+            max_connections=max_connections,
+            max_connections_per_ip=per_ip,
+            header_timeout=config.read_timeout,
+            write_timeout=config.write_timeout,
+            max_head_bytes=config.max_header_bytes,
+        )
 
     async def start(self) -> StatusServer:
         config = self.config
@@ -208,8 +242,7 @@ class StatusServer:
             config.host,
             config.port,
             ssl_context=None if self.tls is None else self.tls.context,
-            max_connections=config.max_connections,
-            header_timeout=config.read_timeout,
+            limits=self._limits(config.max_connections, config.max_connections_per_ip),
         )
         await self._site.start()
         self._metrics = web.AppRunner(self.metrics_app(), access_log=None, handle_signals=False)
@@ -219,11 +252,25 @@ class StatusServer:
             config.host,
             config.metrics_port,
             ssl_context=None,
-            max_connections=64,
-            header_timeout=config.read_timeout,
+            limits=self._limits(METRICS_CONNECTIONS, METRICS_CONNECTIONS_PER_IP),
+            listener="metrics",
         )
         await self._metrics_site.start()
-        log.info("serving", extra={"url": self.url, "metrics_url": self.metrics_url})
+        self._probes = web.AppRunner(self.probe_app(), access_log=None, handle_signals=False)
+        await self._probes.setup()
+        self._probe_site = CappedSite(
+            self._probes,
+            config.host,
+            config.probe_port,
+            ssl_context=None,
+            limits=self._limits(PROBE_CONNECTIONS, PROBE_CONNECTIONS),
+            listener="probes",
+        )
+        await self._probe_site.start()
+        log.info(
+            "serving",
+            extra={"url": self.url, "metrics_url": self.metrics_url, "probe_url": self.probe_url},
+        )
         return self
 
     async def stop(self) -> None:
@@ -235,6 +282,8 @@ class StatusServer:
         await self.writer.stop(self.config.drain_timeout)
         if self._metrics is not None:
             await self._metrics.cleanup()
+        if self._probes is not None:
+            await self._probes.cleanup()
         self.exporter.stop()
         if self.tls is not None:
             await self.tls.stop()

@@ -16,12 +16,15 @@ ENV_PREFIX = "TRAINJOB_STATUS_"
 # The peer's limit; a typical post is well under 20 KiB even with 256 metrics.
 MAX_BODY_BYTES = 65_536
 
+MIN_HEADER_BYTES = 2048
+
 
 @dataclass(frozen=True)
 class Config:
     host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on all interfaces
     port: int = 10443
     metrics_port: int = 9090
+    probe_port: int = 8081
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_min_version: str = "1.2"
@@ -39,6 +42,9 @@ class Config:
     read_timeout: float = 10.0
     idle_timeout: float = 120.0
     max_connections: int = 1024
+    max_connections_per_ip: int = 256
+    max_header_bytes: int = 8192
+    write_timeout: float = 10.0
     shutdown_timeout: float = 5.0
     write_mode: str = "coalesce"
     min_write_interval: float = 1.0
@@ -101,27 +107,40 @@ class Config:
             )
         if self.insecure_http and (self.tls_cert_file or self.tls_key_file):
             problems.append("--insecure-http cannot be combined with TLS files")
-        for name in ("port", "metrics_port"):
+        for name in ("port", "metrics_port", "probe_port"):
             value = getattr(self, name)
             if not 0 <= value <= 65535:
                 problems.append(f"--{name.replace('_', '-')} must be 0..65535, got {value}")
         if self.port == self.metrics_port and self.port != 0:
             problems.append("--port and --metrics-port must differ")
+        if self.probe_port != 0 and self.probe_port in (self.port, self.metrics_port):
+            problems.append("--probe-port must differ from --port and --metrics-port")
         for budget in ("api", "auth", "watch"):
             qps, burst = getattr(self, f"kube_{budget}_qps"), getattr(self, f"kube_{budget}_burst")
             if qps <= 0 or burst < 1:
                 problems.append(f"--kube-{budget}-qps must be > 0 and --kube-{budget}-burst >= 1")
         if self.min_write_interval < 0 or self.drain_timeout < 0:
             problems.append("--min-write-interval and --drain-timeout must be >= 0")
-        for name in ("kube_api_timeout", "read_timeout", "idle_timeout", "shutdown_timeout"):
+        for name in (
+            "kube_api_timeout",
+            "read_timeout",
+            "idle_timeout",
+            "write_timeout",
+            "shutdown_timeout",
+        ):
             if getattr(self, name) <= 0:
                 problems.append(f"--{name.replace('_', '-')} must be > 0")
         if self.max_exported_series < 0:
             problems.append("--max-exported-series must be >= 0 (0: no cap)")
         if self.max_metric_names_per_trainjob < 0:
             problems.append("--max-metric-names-per-trainjob must be >= 0 (0: no limit)")
-        if self.max_connections < 1:
-            problems.append("--max-connections must be >= 1")
+        if self.max_connections < 1 or self.max_connections_per_ip < 1:
+            problems.append("--max-connections and --max-connections-per-ip must be >= 1")
+        if self.max_header_bytes < MIN_HEADER_BYTES:
+            problems.append(
+                f"--max-header-bytes must be >= {MIN_HEADER_BYTES} (a post with its token "
+                "needs about 2 KiB)"
+            )
         problems += self._deploy_problems()
         return problems + self.auth_settings().check()
 
@@ -175,6 +194,12 @@ _FLAGS = (
     _Flag("host", str, "address to listen on"),
     _Flag("port", int, "HTTPS port of the status endpoint (the peer's port)"),
     _Flag("metrics_port", int, "plain-HTTP port for /metrics, /healthz and /readyz"),
+    _Flag(
+        "probe_port",
+        int,
+        "plain-HTTP port for /healthz and /readyz only, with slots of its own: probes answer"
+        " while the metrics port is full",
+    ),
     _Flag("tls_cert_file", _path, "serving certificate (PEM); reloaded when it changes"),
     _Flag("tls_key_file", _path, "serving private key (PEM); reloaded when it changes"),
     _Flag("tls_min_version", str, "lowest TLS version accepted", ("1.2", "1.3")),
@@ -211,10 +236,33 @@ _FLAGS = (
         "read_timeout",
         float,
         "seconds to receive a request body; also for a new connection's TLS handshake and"
-        " first request's headers (closed otherwise)",
+        " first request's headers, and for each later request's headers from their first"
+        " byte (closed otherwise)",
     ),
     _Flag("idle_timeout", float, "seconds an idle keep-alive connection stays open"),
-    _Flag("max_connections", int, "open client connections at most; one more is closed on arrival"),
+    _Flag(
+        "max_connections",
+        int,
+        "open client connections at most; when all are taken the oldest idle keep-alive one is"
+        " closed to make room, and a new one is closed on arrival if none is idle",
+    ),
+    _Flag(
+        "max_connections_per_ip",
+        int,
+        "open connections from one source address at most (same rule as --max-connections);"
+        " refusals are counted in trainjob_status_connections_refused_total",
+    ),
+    _Flag(
+        "max_header_bytes",
+        int,
+        "bytes of one request's line and headers at most, on every request of a connection;"
+        " over it: 431 and the connection closes",
+    ),
+    _Flag(
+        "write_timeout",
+        float,
+        "seconds a connection's answers may wait unsent (the client not reading); then it closes",
+    ),
     _Flag("shutdown_timeout", float, "seconds in-flight requests get to finish on SIGTERM"),
     _Flag(
         "write_mode",

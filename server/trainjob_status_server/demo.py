@@ -87,6 +87,7 @@ async def run_demo(options: DemoOptions) -> int:
             host="127.0.0.1",
             port=0,
             metrics_port=0,
+            probe_port=0,
             tls_cert_file=workdir / "tls.crt",
             tls_key_file=workdir / "tls.key",
             kubeconfig=cluster.kubeconfig_path,

@@ -1,18 +1,25 @@
-"""A TCP listener for an aiohttp runner with a cap on open connections and a deadline for
-the first request of each. The development cluster's own HTTP server uses the same
-deadline and TLS layer (``FirstRequestDeadline``, ``tls_protocol``).
+"""A TCP listener for an aiohttp runner that bounds what each connection may hold: slots
+(``slots.Slots``: a cap in all and per source address, idle keep-alive connections
+closed to make room), a deadline for the first request, a bound on each request's head
+(``protocol.StatusRequestHandler``) and a write timeout. The development cluster's own
+HTTP server uses the same deadline and TLS layer (``FirstRequestDeadline``,
+``tls_protocol``).
 
-Connections beyond the cap are closed as soon as they arrive instead of queueing inside
-the server: a flood of idle or slow clients cannot starve the pods that report. aiohttp
-times a connection out only between requests (its keep-alive timer starts after a
-response), so a client that connects and then sends nothing, or its headers a byte at a
-time, would hold a slot for ever; here a connection whose first request's headers have
-not all arrived ``header_timeout`` seconds after it opened is closed.
+Connections beyond the caps are closed as soon as they arrive, before their TLS
+handshake, instead of queueing inside the server: a flood of idle or slow clients cannot
+starve the pods that report. aiohttp times a connection out only between requests (its
+keep-alive timer starts after a response), so a client that connects and then sends
+nothing, or its headers a byte at a time, would hold a slot for ever; here a connection
+whose first request's headers have not all arrived ``header_timeout`` seconds after it
+opened is closed. A client that stops reading its answers would hold its slot for ever
+too (the answer waits to be sent): a connection whose writes stay paused for
+``write_timeout`` seconds is closed.
 
 TLS is layered here rather than by ``create_server(ssl=...)`` for one reason: memory.
 asyncio gives every TLS connection a 256 KiB receive buffer, written through when it is
 made, so 1,000 idle keep-alive connections from pods cost 250 MiB. A status post is a
-few KiB; a buffer of one TLS record (16 KiB) reads it in the same number of calls.
+few KiB; a buffer of one TLS record (16 KiB), shared by all connections, reads it in the
+same number of calls.
 """
 
 from __future__ import annotations
@@ -20,34 +27,57 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import weakref
 from asyncio import sslproto
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
-
-class _Refuse(asyncio.Protocol):
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.close()
-
+from . import selfmetrics
+from .memory import HeapTrim
+from .protocol import HEAD_TIMEOUT, StatusRequestHandler
+from .slots import RefusalLog, Slots
 
 _END_OF_HEADERS = b"\r\n\r\n"
+
+HEADER_TIMEOUT = HEAD_TIMEOUT
+WRITE_TIMEOUT = "write_timeout"
+
+
+def _ignore(_reason: str) -> None:
+    pass
 
 
 class FirstRequestDeadline(asyncio.Protocol):
     """Passes everything to ``inner`` (aiohttp's protocol for the connection) and closes
     the connection if the first request's headers (up to the blank line that ends them)
-    are not in within ``seconds`` of the connection being made. After that it only
-    forwards."""
+    are not in within ``seconds`` of the connection being made, or, with
+    ``write_timeout``, if its writes stay paused (the client reads nothing) that long.
+    ``closed`` is told why it closed one."""
 
-    def __init__(self, inner: asyncio.Protocol, seconds: float) -> None:
+    def __init__(
+        self,
+        inner: asyncio.Protocol,
+        seconds: float,
+        *,
+        write_timeout: float | None = None,
+        closed: Callable[[str], None] = _ignore,
+    ) -> None:
         self.inner = inner
         self.seconds = seconds
+        self.write_timeout = write_timeout
         self.timed_out = False
+        self._closed = closed
+        self._transport: asyncio.BaseTransport | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._write_timer: asyncio.TimerHandle | None = None
         self._waiting = True  # for the end of the first request's headers
         self._tail = b""  # the last bytes seen, for a blank line split across reads
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
         self._timer = asyncio.get_running_loop().call_later(self.seconds, self._expire, transport)
         self.inner.connection_made(transport)
 
@@ -55,6 +85,7 @@ class FirstRequestDeadline(asyncio.Protocol):
         self._timer = None
         if self._waiting:
             self.timed_out = True
+            self._closed(HEADER_TIMEOUT)
             transport.close()
 
     def data_received(self, data: bytes) -> None:
@@ -72,24 +103,67 @@ class FirstRequestDeadline(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel()
+        self._cancel_write_timer()
+        # The TLS transport refers back to this protocol: without this, a closed
+        # connection waits for the cycle collector to be freed.
+        self._transport = None
         self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
+        if self.write_timeout is not None and self._write_timer is None:
+            self._write_timer = asyncio.get_running_loop().call_later(
+                self.write_timeout, self._stalled
+            )
         self.inner.pause_writing()
 
     def resume_writing(self) -> None:
+        self._cancel_write_timer()
         self.inner.resume_writing()
+
+    def _stalled(self) -> None:
+        self._write_timer = None
+        if self._transport is not None:
+            self._closed(WRITE_TIMEOUT)
+            # Not close(): that would wait for the unsent bytes the client does not read.
+            self._transport.abort()  # type: ignore[attr-defined]
 
     def _cancel(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
+    def _cancel_write_timer(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
 
 class _TLSProtocol(sslproto.SSLProtocol):
-    """asyncio's TLS protocol with a receive buffer of one TLS record, not 256 KiB."""
+    """asyncio's TLS protocol with a receive buffer of one TLS record, not 256 KiB, shared
+    by every connection of the event loop. asyncio fills it and hands its bytes to the TLS
+    object in one synchronous step (get_buffer, recv_into, buffer_updated on the selector
+    loop), so no two connections ever use it at once; one buffer per connection would be
+    memory each idle or stalled connection holds, and what the allocator keeps after a
+    crowd of them has gone."""
 
     max_size = 16 * 1024
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *args: Any, **kwargs: Any) -> None:
+        super().__init__(loop, *args, **kwargs)
+        self._ssl_buffer_view = _receive_buffer(loop)
+        self._ssl_buffer = self._ssl_buffer_view.obj
+
+
+_RECEIVE_BUFFERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, memoryview] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _receive_buffer(loop: asyncio.AbstractEventLoop) -> memoryview:
+    view = _RECEIVE_BUFFERS.get(loop)
+    if view is None:
+        view = _RECEIVE_BUFFERS[loop] = memoryview(bytearray(_TLSProtocol.max_size))
+    return view
 
 
 def tls_protocol(
@@ -97,18 +171,103 @@ def tls_protocol(
     app: asyncio.Protocol,
     context: ssl.SSLContext,
     handshake_timeout: float,
-) -> asyncio.BaseProtocol:
-    """What ``create_server(ssl=...)`` builds around ``app``, with the smaller buffer. No
-    waiter: nothing awaits the handshake (typeshed asks for a future and an int; the code
-    takes None and any positive number)."""
+) -> sslproto.SSLProtocol:
+    """What ``create_server(ssl=...)`` builds around ``app``, with the shared buffer."""
     return _TLSProtocol(
         loop,
         app,
         context,
-        None,  # type: ignore[arg-type]
+        None,  # no waiter: nothing awaits the handshake
         server_side=True,
-        ssl_handshake_timeout=handshake_timeout,  # type: ignore[arg-type]
+        ssl_handshake_timeout=handshake_timeout,
     )
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one connection may hold, and how many may be open."""
+
+    max_connections: int
+    max_connections_per_ip: int
+    header_timeout: float
+    write_timeout: float
+    max_head_bytes: int
+
+
+class _Seat:
+    """One admitted connection, as ``Slots`` sees it."""
+
+    __slots__ = ("handler", "transport")
+
+    def __init__(self, transport: asyncio.BaseTransport, handler: StatusRequestHandler) -> None:
+        self.transport = transport
+        self.handler = handler
+
+    @property
+    def idle(self) -> bool:
+        return self.handler.idle
+
+    def evict(self) -> None:
+        self.transport.abort()  # type: ignore[attr-defined]
+
+
+def _address(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
+
+
+class _Admitted:
+    """Takes a slot when the TCP connection is made, before anything else runs for it
+    (no TLS handshake for a refused one), and frees it when the connection is lost."""
+
+    def __init__(self, slots: Slots, heap: HeapTrim, handler: StatusRequestHandler) -> None:
+        self.slots = slots
+        self.heap = heap
+        self.handler = handler
+        self.seat: _Seat | None = None
+
+    def admit(self, transport: asyncio.BaseTransport) -> bool:
+        seat = _Seat(transport, self.handler)
+        if self.slots.admit(seat, _address(transport)) is not None:
+            transport.abort()  # type: ignore[attr-defined]
+            return False
+        self.seat = seat
+        self.heap.opened(len(self.slots))
+        return True
+
+    def release(self) -> None:
+        if self.seat is not None:
+            self.slots.release(self.seat)
+            self.seat = None
+            self.heap.closed(len(self.slots))
+
+
+class _AdmittedTLS(_TLSProtocol):
+    admitted: _Admitted
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.admitted.admit(transport):
+            super().connection_made(transport)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self.admitted.seat is None:
+            return  # refused: nothing was set up
+        self.admitted.release()
+        super().connection_lost(exc)
+
+
+class _AdmittedPlain(FirstRequestDeadline):
+    admitted: _Admitted
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.admitted.admit(transport):
+            super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.admitted.seat is None:
+            return
+        self.admitted.release()
+        super().connection_lost(exc)
 
 
 class CappedSite(web.BaseSite):
@@ -119,16 +278,31 @@ class CappedSite(web.BaseSite):
         port: int,
         *,
         ssl_context: ssl.SSLContext | None,
-        max_connections: int,
-        header_timeout: float,
+        limits: Limits,
+        listener: str = "serving",
         backlog: int = 128,
     ) -> None:
         super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
         self._host = host
         self._port = port
-        self._max_connections = max_connections
-        self._header_timeout = header_timeout
-        self.refused = 0
+        self.limits = limits
+        self.listener = listener
+        refused_log = RefusalLog(listener)
+
+        def refused(reason: str, address: str) -> None:
+            selfmetrics.CONNECTIONS_REFUSED.labels(listener, reason).inc()
+            refused_log(reason, address)
+
+        self.slots = Slots(
+            limits.max_connections,
+            limits.max_connections_per_ip,
+            refused=refused,
+            evicted=lambda: self._closed("idle_evicted"),
+        )
+        self.heap = HeapTrim()
+
+    def _closed(self, reason: str) -> None:
+        selfmetrics.CONNECTIONS_CLOSED.labels(self.listener, reason).inc()
 
     @property
     def name(self) -> str:
@@ -151,15 +325,46 @@ class CappedSite(web.BaseSite):
 
         loop = asyncio.get_running_loop()
         tls = self._ssl_context
+        limits = self.limits
+        # The runner's settings for aiohttp's protocol (timeouts, lingering), as
+        # web.Server passes them to the protocols it makes.
+        settings: dict[str, Any] = dict(server._kwargs)
 
         def factory() -> asyncio.BaseProtocol:
-            if len(server.connections) >= self._max_connections:
-                self.refused += 1
-                return _Refuse()
-            app = FirstRequestDeadline(server(), self._header_timeout)
+            handler = StatusRequestHandler(
+                server,
+                loop=loop,
+                max_head_bytes=limits.max_head_bytes,
+                head_timeout=limits.header_timeout,
+                closed=self._closed,
+                **settings,
+            )
+            admitted = _Admitted(self.slots, self.heap, handler)
             if tls is None:
-                return app
-            return tls_protocol(loop, app, tls, self._header_timeout)
+                plain = _AdmittedPlain(
+                    handler,
+                    limits.header_timeout,
+                    write_timeout=limits.write_timeout,
+                    closed=self._closed,
+                )
+                plain.admitted = admitted
+                return plain
+            app = FirstRequestDeadline(
+                handler,
+                limits.header_timeout,
+                write_timeout=limits.write_timeout,
+                closed=self._closed,
+            )
+            outer = _AdmittedTLS(
+                loop,
+                app,
+                tls,
+                None,  # no waiter: nothing awaits the handshake
+                server_side=True,
+                ssl_handshake_timeout=limits.header_timeout,
+            )
+            outer.admitted = admitted
+            return outer
 
         self._server = await loop.create_server(
             factory,

@@ -83,6 +83,7 @@ async def server(
         host="127.0.0.1",
         port=0,
         metrics_port=0,
+        probe_port=0,
         tls_cert_file=tmp_path / "tls.crt",
         tls_key_file=tmp_path / "tls.key",
         kubeconfig=devcluster.kubeconfig_path,

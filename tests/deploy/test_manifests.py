@@ -186,10 +186,10 @@ def test_the_pod_is_hardened(docs: list[Doc]) -> None:
 def test_probes_ports_and_service(docs: list[Doc]) -> None:
     container = server(docs)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"status-server": 10443, "metrics": 9090}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
-    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert ports == {"status-server": 10443, "metrics": 9090, "probes": 8081}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
     service = one(docs, "Service")
     assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
         ("status-server", 10443, "status-server"),

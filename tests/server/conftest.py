@@ -59,6 +59,7 @@ def config(devcluster: DevCluster, certs: ServingCerts) -> Config:
         host="127.0.0.1",
         port=0,
         metrics_port=0,
+        probe_port=0,
         tls_cert_file=certs.cert_file,
         tls_key_file=certs.key_file,
         tls_reload_interval=0.05,

@@ -59,6 +59,7 @@ class Harness:
             host="127.0.0.1",
             port=0,
             metrics_port=0,
+            probe_port=0,
             tls_cert_file=self.certs.cert_file,
             tls_key_file=self.certs.key_file,
             kubeconfig=self.cluster.kubeconfig_path,

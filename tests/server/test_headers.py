@@ -75,3 +75,11 @@ async def test_metrics_answers_carry_no_server_header(
         assert response.status == code
         await response.read()
         assert names(response.raw_headers) == expected
+
+
+@pytest.mark.parametrize(("path", "code"), [("/healthz", 200), ("/readyz", 200), ("/nope", 404)])
+async def test_probe_answers_carry_no_server_header(poster: Poster, path: str, code: int) -> None:
+    async with poster.session.get(poster.server.probe_url + path) as response:
+        assert response.status == code
+        await response.read()
+        assert names(response.raw_headers) == PLAIN

@@ -1,7 +1,7 @@
-"""The listener's deadline for a connection's first request: a client that connects and
-then sends nothing, or its headers a byte at a time, loses its connection after
---read-timeout instead of holding a slot for ever; one that has sent a request keeps its
-keep-alive connection."""
+"""The listener's deadlines for a request's head: a client that connects and then sends
+nothing, or its headers a byte at a time, loses its connection after --read-timeout
+instead of holding a slot for ever, and so does one whose later request's head stalls;
+one that has sent a request keeps its keep-alive connection."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
+from prometheus_client import REGISTRY
 
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth.testing import AcceptAll
@@ -78,14 +79,21 @@ def status_rv(devcluster: DevCluster) -> str:
     return str(obj["metadata"]["resourceVersion"])
 
 
+def header_timeouts() -> float:
+    labels = {"listener": "serving", "reason": "header_timeout"}
+    return REGISTRY.get_sample_value("trainjob_status_connections_closed_total", labels) or 0.0
+
+
 async def test_a_connection_that_sends_nothing_is_closed_after_the_deadline(
     running: StatusServer, certs: ServingCerts
 ) -> None:
+    before = header_timeouts()
     reader, writer = await connect(running, certs)
     waited, received = await closed_after(reader)
     writer.close()
     assert received == b""
     assert DEADLINE * 0.8 < waited < 5
+    assert header_timeouts() - before == 1
 
 
 async def test_headers_sent_a_byte_at_a_time_lose_the_connection_and_write_nothing(
@@ -141,6 +149,34 @@ async def test_a_connection_that_made_a_request_stays_open_past_the_deadline(
     obj = devcluster.get("trainjobs", NS, "tj", GROUP)
     assert obj is not None
     assert obj["status"]["trainerStatus"]["progressPercentage"] == 2
+
+
+async def test_a_later_request_whose_head_stalls_loses_the_connection_after_the_deadline(
+    running: StatusServer, certs: ServingCerts, devcluster: DevCluster
+) -> None:
+    reader, writer = await connect(running, certs)
+    body = json.dumps({"trainerStatus": {"progressPercentage": 9}}).encode()
+    writer.write(post(body))
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    await reader.readexactly(length)
+    await running.writer.wait_idle()  # type: ignore[attr-defined]
+    before, timeouts = status_rv(devcluster), header_timeouts()
+    # The next request's head starts and never ends: the connection goes after
+    # --read-timeout, not after --idle-timeout.
+    writer.write(post(b'{"trainerStatus": {"progressPercentage": 10}}')[:60])
+    await writer.drain()
+    waited, received = await closed_after(reader)
+    writer.close()
+    assert received == b""
+    assert DEADLINE * 0.8 < waited < 5
+    assert header_timeouts() - timeouts == 1
+    assert status_rv(devcluster) == before
 
 
 async def test_a_tcp_connection_that_never_starts_tls_is_closed_after_the_deadline(
