@@ -175,16 +175,7 @@ class PodBinding:
         pod = self.pods.get(namespace, name)
         if pod is None or _meta(pod).get("uid") != uid:
             pod = await self._resolve(namespace, name, uid, pod)
-        reason = judge_pod(
-            pod,
-            uid=uid,
-            trainjob=trainjob,
-            require_membership=self.require_membership,
-            now=now,
-            leeway=self.leeway,
-        )
-        if reason is not None:
-            raise AuthFailure(reason)
+        self._judge(pod, uid, trainjob, now)
 
     async def check_cached(
         self, namespace: str, name: str, uid: str, trainjob: str, now: float
@@ -201,6 +192,9 @@ class PodBinding:
             raise AuthFailure(failures.POD_GONE)
         if uid_of(pod) != uid:
             return
+        self._judge(pod, uid, trainjob, now)
+
+    def _judge(self, pod: Obj, uid: str, trainjob: str, now: float) -> None:
         reason = judge_pod(
             pod,
             uid=uid,
