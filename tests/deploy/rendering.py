@@ -3,14 +3,20 @@
 kubectl is on every developer machine and in CI. Missing locally, these tests skip; with
 ``TRAINJOB_STATUS_CI`` set (``.ci/run`` sets it) a missing kubectl fails them instead,
 so CI can never skip them silently.
+
+An overlay with components added, or with another namespace, is rendered the way a
+platform team would make it: a copy of the overlay's kustomization.yaml with those
+entries changed, in a directory of its own.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +27,33 @@ ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
 OVERLAYS = {
     "base": MANIFESTS / "base",
-    "cert-manager": MANIFESTS / "overlays" / "cert-manager",
-    "token-review": MANIFESTS / "overlays" / "token-review",
-    "prometheus": MANIFESTS / "overlays" / "prometheus",
+    "quick-start": MANIFESTS / "overlays" / "quick-start",
+    "kubeflow": MANIFESTS / "overlays" / "kubeflow",
 }
+# The namespace each overlay installs into.
+TARGETS = {
+    "base": "trainjob-status",
+    "quick-start": "trainjob-status",
+    "kubeflow": "kubeflow-system",
+}
+COMPONENTS = {
+    "cert-manager": MANIFESTS / "components" / "cert-manager",
+    "token-review": MANIFESTS / "components" / "token-review",
+    "prometheus": MANIFESTS / "prometheus",
+}
+NAMESPACE_REFERENCES = MANIFESTS / "namespace-references"
 
 Doc = dict[str, Any]
+
+
+def combinations() -> list[tuple[str, ...]]:
+    """Every subset of the components in their listed order, and all of them reversed
+    (they must combine freely, in any order)."""
+    found: list[tuple[str, ...]] = []
+    for size in range(len(COMPONENTS) + 1):
+        found.extend(itertools.combinations(COMPONENTS, size))
+    found.append(tuple(reversed(COMPONENTS)))
+    return found
 
 
 def require(binary: str) -> str:
@@ -38,8 +65,7 @@ def require(binary: str) -> str:
     return found
 
 
-@functools.cache
-def _render(path: Path) -> tuple[Doc, ...]:
+def _kustomize(path: Path) -> tuple[Doc, ...]:
     kubectl = require("kubectl")
     done = subprocess.run(
         [kubectl, "kustomize", str(path)], capture_output=True, text=True, check=False, timeout=60
@@ -48,9 +74,53 @@ def _render(path: Path) -> tuple[Doc, ...]:
     return tuple(d for d in yaml.safe_load_all(done.stdout) if d)
 
 
-def render(overlay: str) -> list[Doc]:
-    """The overlay's objects as ``kubectl kustomize`` renders them."""
-    return list(_render(OVERLAYS[overlay]))
+def kustomization(overlay: str) -> Doc:
+    """The overlay's kustomization.yaml, its paths made absolute. The base is given the
+    overlay a platform team would write around it."""
+    if overlay == "base":
+        return {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "namespace": TARGETS["base"],
+            "resources": [str(OVERLAYS["base"])],
+            "transformers": [str(NAMESPACE_REFERENCES)],
+        }
+    doc: Doc = yaml.safe_load((OVERLAYS[overlay] / "kustomization.yaml").read_text())
+    for key in ("resources", "components", "transformers"):
+        doc[key] = [str((OVERLAYS[overlay] / p).resolve()) for p in doc.get(key) or []]
+    return doc
+
+
+@functools.cache
+def _render(
+    overlay: str, components: tuple[str, ...], namespace: str | None, image: str | None
+) -> tuple[Doc, ...]:
+    if not components and namespace is None and image is None:
+        return _kustomize(OVERLAYS[overlay])
+    doc = kustomization(overlay)
+    doc["components"] = [*doc.get("components", []), *(str(COMPONENTS[c]) for c in components)]
+    if namespace is not None:
+        doc["namespace"] = namespace
+    if image is not None:
+        # What `kustomize edit set image trainjob-status=IMAGE` writes.
+        new_name, _, new_tag = image.rpartition(":")
+        entry = {"name": "trainjob-status", "newName": new_name, "newTag": new_tag}
+        doc["images"] = [*doc.get("images", []), entry]
+    with tempfile.TemporaryDirectory() as scratch:
+        # kustomize takes no absolute paths: each is made relative to the new directory.
+        for key in ("resources", "components", "transformers"):
+            doc[key] = [os.path.relpath(p, scratch) for p in doc.get(key) or []]
+        (Path(scratch) / "kustomization.yaml").write_text(yaml.safe_dump(doc))
+        return _kustomize(Path(scratch))
+
+
+def render(
+    overlay: str, *components: str, namespace: str | None = None, image: str | None = None
+) -> list[Doc]:
+    """The overlay's objects as ``kubectl kustomize`` renders them, with ``components``
+    added to its ``components:``, its ``namespace:`` replaced and an ``images:`` entry
+    for ``image`` (NAME:TAG) added if given."""
+    return list(_render(overlay, components, namespace, image))
 
 
 def one(docs: list[Doc], kind: str, name: str = "trainjob-status") -> Doc:

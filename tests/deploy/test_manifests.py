@@ -1,11 +1,14 @@
-"""Every overlay rendered with ``kubectl kustomize``: schemas, least privilege (the RBAC
-rules pinned exactly), the hardened pod, probes, ports, the never-blocking webhook, and
-agreement with the code's own names (Secret, ConfigMap, webhook path, Service)."""
+"""Every overlay, alone and with every combination of the components, rendered with
+``kubectl kustomize``: schemas, least privilege (the RBAC rules pinned exactly), the
+hardened pod, probes, ports, the never-blocking webhook, one namespace named everywhere,
+and agreement with the code's own names (Secret, ConfigMap, webhook path, Service)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import fields
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
 from typing import Any
 
 import pytest
@@ -17,10 +20,9 @@ from trainjob_status_server.config import from_args
 from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.injection import Selector, Target
 
-from .rendering import MANIFESTS, OVERLAYS, Doc, names, one, render
+from .rendering import MANIFESTS, OVERLAYS, ROOT, TARGETS, Doc, combinations, names, one, render
 
 NS = "trainjob-status"
-SA_SUBJECT = [{"kind": "ServiceAccount", "name": "trainjob-status", "namespace": NS}]
 # Kinds the Kubernetes schemas do not describe (cert-manager, the Prometheus Operator).
 CUSTOM_KINDS = {"Issuer", "Certificate", "ServiceMonitor", "PrometheusRule"}
 
@@ -61,27 +63,51 @@ WEBHOOK_CA_RULES = [
 TOKEN_REVIEW_RULES = [
     {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}
 ]
-# Every role each overlay grants, with its rules: nothing else exists.
-ROLES: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {
-    "base": {
-        ("ClusterRole", "trainjob-status"): CORE_RULES,
-        ("ClusterRole", "trainjob-status-webhook-ca"): WEBHOOK_CA_RULES,
-        ("Role", "trainjob-status-certs"): CERT_RULES,
-    },
-    "cert-manager": {("ClusterRole", "trainjob-status"): CORE_RULES},
-    "token-review": {
-        ("ClusterRole", "trainjob-status"): CORE_RULES,
-        ("ClusterRole", "trainjob-status-webhook-ca"): WEBHOOK_CA_RULES,
-        ("Role", "trainjob-status-certs"): CERT_RULES,
-        ("ClusterRole", "trainjob-status-token-review"): TOKEN_REVIEW_RULES,
-    },
-}
-ROLES["prometheus"] = ROLES["base"]
 
 
-@pytest.fixture(params=list(OVERLAYS))
-def docs(request: pytest.FixtureRequest) -> list[Doc]:
-    return render(request.param)
+def expected_roles(components: tuple[str, ...]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Every role an overlay with ``components`` grants, with its rules: nothing else."""
+    roles = {("ClusterRole", "trainjob-status"): CORE_RULES}
+    if "cert-manager" not in components:
+        roles[("ClusterRole", "trainjob-status-webhook-ca")] = WEBHOOK_CA_RULES
+        roles[("Role", "trainjob-status-certs")] = CERT_RULES
+    if "token-review" in components:
+        roles[("ClusterRole", "trainjob-status-token-review")] = TOKEN_REVIEW_RULES
+    return roles
+
+
+@dataclass(frozen=True)
+class Variant:
+    """An overlay with some components, as rendered."""
+
+    overlay: str
+    components: tuple[str, ...]
+
+    @property
+    def namespace(self) -> str:
+        return TARGETS[self.overlay]
+
+    @property
+    def docs(self) -> list[Doc]:
+        return render(self.overlay, *self.components)
+
+    def __str__(self) -> str:
+        return "+".join((self.overlay, *self.components))
+
+
+VARIANTS = [Variant(overlay, subset) for overlay in OVERLAYS for subset in combinations()]
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
+
+
+@pytest.fixture(params=VARIANTS, ids=str)
+def variant(request: pytest.FixtureRequest) -> Variant:
+    chosen: Variant = request.param
+    return chosen
+
+
+@pytest.fixture
+def docs(variant: Variant) -> list[Doc]:
+    return variant.docs
 
 
 def deployment(docs: list[Doc]) -> Doc:
@@ -99,17 +125,121 @@ def server(docs: list[Doc]) -> Doc:
     return dict(container)
 
 
-def test_every_object_is_ours_and_in_our_namespace(docs: list[Doc]) -> None:
-    for doc in docs:
+def test_every_object_is_ours_and_in_the_target_namespace(variant: Variant) -> None:
+    for doc in variant.docs:
         meta = doc["metadata"]
         assert meta["labels"]["app.kubernetes.io/name"] == "trainjob-status", doc["kind"]
-        cluster_scoped = doc["kind"] in (
-            "Namespace",
-            "ClusterRole",
-            "ClusterRoleBinding",
-            "MutatingWebhookConfiguration",
-        )
-        assert meta.get("namespace") == (None if cluster_scoped else NS), doc["kind"]
+        cluster_scoped = doc["kind"] in CLUSTER_SCOPED
+        wanted = None if cluster_scoped else variant.namespace
+        assert meta.get("namespace") == wanted, (doc["kind"], meta["name"])
+
+
+def test_only_the_quick_start_creates_its_namespace(variant: Variant) -> None:
+    """The base and the kubeflow overlay go into a namespace that exists, so deleting
+    them (``kubectl delete -k``) can never delete it."""
+    created = names(variant.docs, "Namespace")
+    assert created == ({NS} if variant.overlay == "quick-start" else set())
+    if created:
+        labels = one(variant.docs, "Namespace", NS)["metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def references(docs: list[Doc]) -> Iterator[tuple[str, str]]:
+    """(where, value) for every place outside metadata.namespace that names a namespace."""
+    for doc in docs:
+        where = f"{doc['kind']}/{doc['metadata']['name']}"
+        for subject in doc.get("subjects") or []:
+            yield f"{where} subject", subject["namespace"]
+        for hook in doc.get("webhooks") or []:
+            yield f"{where} service", hook["clientConfig"]["service"]["namespace"]
+            (excluded,) = hook["namespaceSelector"]["matchExpressions"]
+            assert excluded["key"] == "kubernetes.io/metadata.name"
+            assert excluded["operator"] == "NotIn"
+            assert excluded["values"][0] == "kube-system"
+            yield f"{where} namespaceSelector", excluded["values"][1]
+        inject = (doc["metadata"].get("annotations") or {}).get("cert-manager.io/inject-ca-from")
+        if inject is not None:
+            namespace, _, name = inject.partition("/")
+            assert name == "trainjob-status"
+            yield f"{where} inject-ca-from", namespace
+        if doc["kind"] == "Certificate" and doc["metadata"]["name"] == "trainjob-status":
+            # The names the server itself would put in a bootstrapped certificate.
+            dns = doc["spec"]["dnsNames"]
+            namespace = dns[1].split(".")[1]
+            assert tuple(dns) == certs.dns_names("trainjob-status", namespace), dns
+            yield f"{where} dnsNames", namespace
+        if doc["kind"] == "ServiceMonitor":
+            for namespace in doc["spec"]["namespaceSelector"]["matchNames"]:
+                yield f"{where} namespaceSelector", namespace
+
+
+def test_every_reference_follows_the_target_namespace(variant: Variant) -> None:
+    found = dict(references(variant.docs))
+    assert found, "no references found"
+    assert dict.fromkeys(found, variant.namespace) == found
+    wanted = {"subject", "service", "namespaceSelector"}
+    if "cert-manager" in variant.components:
+        wanted |= {"inject-ca-from", "dnsNames"}
+    assert {where.rsplit(" ", 1)[1] for where in found} == wanted
+    # The server learns its namespace (injected URLs, its Secret, its certificate's
+    # names) from the pod it runs in.
+    (entry,) = [e for e in server(variant.docs)["env"] if "SERVICE_NAMESPACE" in e["name"]]
+    assert entry == {
+        "name": "TRAINJOB_STATUS_SERVICE_NAMESPACE",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+    }
+
+
+def namespace_fields(node: Any) -> Iterator[str]:
+    """Every value of a field called namespace, at any depth."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "namespace" and isinstance(value, str):
+                yield value
+            else:
+                yield from namespace_fields(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from namespace_fields(item)
+
+
+def test_changing_the_overlays_namespace_moves_everything() -> None:
+    """A platform team's own overlay changes only the ``namespace:`` line: no object and
+    no reference keeps the old name."""
+    docs = render("kubeflow", "cert-manager", "token-review", "prometheus", namespace="ml-platform")
+    found = dict(references(docs))
+    assert len(found) >= 6
+    assert dict.fromkeys(found, "ml-platform") == found
+    assert set(namespace_fields(docs)) == {"ml-platform"}
+    text = yaml.safe_dump_all(docs)
+    for old in (
+        "kubeflow-system",
+        "trainjob-status.trainjob-status",
+        "trainjob-status/trainjob-status",
+    ):
+        assert old not in text
+
+
+def test_the_kubeflow_overlay_carries_kubeflows_labels() -> None:
+    docs = render("kubeflow", "cert-manager", "token-review", "prometheus")
+    for doc in docs:
+        labels = doc["metadata"]["labels"]
+        assert labels["app.kubernetes.io/part-of"] == "kubeflow", doc["kind"]
+        assert labels["app.kubernetes.io/name"] == "trainjob-status"
+        assert labels["app.kubernetes.io/component"] in ("server", "monitoring")
+    template = deployment(docs)["spec"]["template"]["metadata"]["labels"]
+    assert template["app.kubernetes.io/part-of"] == "kubeflow"
+    # Selectors are immutable: relabelling must not change them.
+    assert deployment(docs)["spec"]["selector"] == deployment(render("base"))["spec"]["selector"]
+
+
+def test_the_image_is_pinned_and_an_images_entry_overrides_it() -> None:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    for overlay in OVERLAYS:
+        assert server(render(overlay))["image"] == f"trainjob-status:{version}"
+    custom = "registry.example.com/ml/trainjob-status:2.0.1"
+    moved = render("kubeflow", "cert-manager", image=custom)
+    assert server(moved)["image"] == custom
 
 
 @pytest.mark.parametrize("version", ["1.30.0", "latest"])
@@ -127,19 +257,19 @@ def test_objects_validate_against_the_kubernetes_schemas(docs: list[Doc], versio
         kubernetes_validate.validate(doc, target, strict=True)
 
 
-@pytest.mark.parametrize("overlay", list(OVERLAYS))
-def test_rbac_is_exactly_what_the_server_needs(overlay: str) -> None:
-    docs = render(overlay)
+def test_rbac_is_exactly_what_the_server_needs(variant: Variant) -> None:
+    docs = variant.docs
     granted = {
         (d["kind"], d["metadata"]["name"]): d["rules"]
         for d in docs
         if d["kind"] in ("ClusterRole", "Role")
     }
-    assert granted == ROLES[overlay]
+    assert granted == expected_roles(variant.components)
     bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
     assert len(bindings) == len(granted)
+    subject = {"kind": "ServiceAccount", "name": "trainjob-status", "namespace": variant.namespace}
     for binding in bindings:
-        assert binding["subjects"] == SA_SUBJECT
+        assert binding["subjects"] == [subject]
         role = (binding["roleRef"]["kind"], binding["roleRef"]["name"])
         assert role in granted
         # A Role is bound in its namespace; a ClusterRole cluster-wide.
@@ -203,8 +333,8 @@ def test_probes_ports_and_service(docs: list[Doc]) -> None:
     assert (target.service, target.namespace, target.port) == ("trainjob-status", NS, 10443)
 
 
-def test_the_webhook_never_blocks_a_pod(docs: list[Doc]) -> None:
-    config = one(docs, "MutatingWebhookConfiguration")
+def test_the_webhook_never_blocks_a_pod(variant: Variant) -> None:
+    config = one(variant.docs, "MutatingWebhookConfiguration")
     (hook,) = config["webhooks"]
     assert hook["failurePolicy"] == "Ignore"
     assert 1 <= hook["timeoutSeconds"] <= 5
@@ -215,7 +345,7 @@ def test_the_webhook_never_blocks_a_pod(docs: list[Doc]) -> None:
     assert "caBundle" not in hook["clientConfig"]  # filled in by the server or cainjector
     assert hook["clientConfig"]["service"] == {
         "name": "trainjob-status",
-        "namespace": NS,
+        "namespace": variant.namespace,
         "path": webhook.INJECT_PATH,
         "port": 10443,
     }
@@ -233,7 +363,7 @@ def test_the_webhook_never_blocks_a_pod(docs: list[Doc]) -> None:
     }
     excluded = hook["namespaceSelector"]["matchExpressions"][0]
     assert excluded["operator"] == "NotIn"
-    assert set(excluded["values"]) == {"kube-system", NS}
+    assert set(excluded["values"]) == {"kube-system", variant.namespace}
 
 
 def test_disruption_budget_and_network_policy(docs: list[Doc]) -> None:
@@ -259,7 +389,7 @@ def test_bootstrap_mode_matches_the_code() -> None:
     tls = next(v for v in pod_spec(docs)["volumes"] if v["name"] == "tls")
     assert tls["emptyDir"]["medium"] == "Memory"
     # The names the code uses are the names RBAC allows.
-    secret_rule = ROLES["base"][("Role", "trainjob-status-certs")][1]
+    secret_rule = CERT_RULES[1]
     assert secret_rule["resourceNames"] == [
         next(f.default for f in fields(certs.CertSettings) if f.name == "secret_name")
     ]
@@ -270,8 +400,11 @@ def test_bootstrap_mode_matches_the_code() -> None:
     assert CORE_RULES[-1]["resourceNames"] == [injection.CA_CONFIGMAP]
 
 
-def test_cert_manager_overlay_replaces_the_bootstrap() -> None:
-    docs = render("cert-manager")
+@pytest.mark.parametrize(
+    "variant", [v for v in VARIANTS if "cert-manager" in v.components], ids=str
+)
+def test_the_cert_manager_component_replaces_the_bootstrap(variant: Variant) -> None:
+    docs = variant.docs
     args = server(docs)["args"]
     assert "--cert-bootstrap" not in args
     assert "--distribute-ca" in args
@@ -284,44 +417,46 @@ def test_cert_manager_overlay_replaces_the_bootstrap() -> None:
     assert mount["readOnly"] is True
     certificate = one(docs, "Certificate")["spec"]
     assert certificate["secretName"] == "trainjob-status-tls"
-    assert tuple(certificate["dnsNames"]) == certs.dns_names("trainjob-status", NS)
+    assert tuple(certificate["dnsNames"]) == certs.dns_names("trainjob-status", variant.namespace)
     assert certificate["issuerRef"] == {"kind": "Issuer", "name": "trainjob-status-ca"}
     assert one(docs, "Certificate", "trainjob-status-ca")["spec"]["isCA"] is True
     assert one(docs, "Issuer", "trainjob-status-ca")["spec"] == {
         "ca": {"secretName": "trainjob-status-ca"}
     }
     annotations = one(docs, "MutatingWebhookConfiguration")["metadata"]["annotations"]
-    assert annotations["cert-manager.io/inject-ca-from"] == f"{NS}/trainjob-status"
+    assert annotations["cert-manager.io/inject-ca-from"] == f"{variant.namespace}/trainjob-status"
+    # Every other component's arguments stay.
+    assert ("--token-review" in args) == ("token-review" in variant.components)
 
 
-def test_token_review_overlay_turns_it_on() -> None:
-    args = server(render("token-review"))["args"]
-    assert args[-1] == "--token-review"
-    assert "--token-review" not in server(render("base"))["args"]
+def test_the_token_review_component_turns_it_on(variant: Variant) -> None:
+    args = server(variant.docs)["args"]
+    assert ("--token-review" in args) == ("token-review" in variant.components)
+    assert ("--cert-bootstrap" in args) == ("cert-manager" not in variant.components)
 
 
-def test_prometheus_overlay_scrapes_the_metrics_port() -> None:
-    docs = render("prometheus")
+@pytest.mark.parametrize("overlay", list(OVERLAYS))
+def test_the_prometheus_component_scrapes_the_metrics_port(overlay: str) -> None:
+    docs = render(overlay, "prometheus")
     monitor = one(docs, "ServiceMonitor")["spec"]
     service = one(docs, "Service")
     assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    assert monitor["namespaceSelector"]["matchNames"] == [NS]
+    assert monitor["namespaceSelector"]["matchNames"] == [TARGETS[overlay]]
     port_names = {p["name"] for p in service["spec"]["ports"]}
     assert {e["port"] for e in monitor["endpoints"]} <= port_names
     assert names(docs, "PrometheusRule") == {"trainjob-status"}
     # Everything the base has is still there, unchanged.
-    base = {(d["kind"], d["metadata"]["name"]): d for d in render("base")}
+    base = {(d["kind"], d["metadata"]["name"]): d for d in render(overlay)}
     assert all(base[key] == d for d in docs if (key := (d["kind"], d["metadata"]["name"])) in base)
 
 
-@pytest.mark.parametrize("overlay", list(OVERLAYS))
-def test_container_args_are_flags_the_server_takes(overlay: str) -> None:
-    container = server(render(overlay))
-    env = {e["name"]: "trainjob-status" for e in container.get("env", [])}
+def test_container_args_are_flags_the_server_takes(variant: Variant) -> None:
+    container = server(variant.docs)
+    env = {e["name"]: variant.namespace for e in container.get("env", [])}
     args = build_parser().parse_args(["serve", *container["args"]])
     config = from_args(args, environ=env)
     assert config.check() == []
-    assert getattr(config, "service_namespace") == NS  # noqa: B009 - field added by wiring
+    assert getattr(config, "service_namespace") == variant.namespace  # noqa: B009
 
 
 # -- examples -------------------------------------------------------------------------------

@@ -38,9 +38,10 @@ PLURALS = {
 TOKENREVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview")
 
 
-async def as_server(cluster: DevCluster, overlay: str, workdir: Path) -> KubeClient:
-    """A KubeClient holding the server's service-account token, with ``overlay``'s RBAC."""
-    for doc in render(overlay):
+async def as_server(cluster: DevCluster, component: str | None, workdir: Path) -> KubeClient:
+    """A KubeClient holding the server's service-account token, with the quick start's
+    RBAC and that of ``component``."""
+    for doc in render("quick-start", *([component] if component else [])):
         if doc["kind"] in PLURALS:
             plural, group = PLURALS[doc["kind"]]
             cluster.create(plural, doc, doc["metadata"].get("namespace", ""), group)
@@ -51,7 +52,7 @@ async def as_server(cluster: DevCluster, overlay: str, workdir: Path) -> KubeCli
 
 @pytest_asyncio.fixture
 async def kube(devcluster: DevCluster, tmp_path: Path) -> AsyncIterator[KubeClient]:
-    client = await as_server(devcluster, "base", tmp_path)
+    client = await as_server(devcluster, None, tmp_path)
     yield client
     await client.close()
 
@@ -133,11 +134,11 @@ async def test_caches_status_writes_and_ca_distribution_work(
     assert await refused(kube.patch(PODS, "team-a", "tj-node-0-0", [])) == 403
 
 
-@pytest.mark.parametrize(("overlay", "allowed"), [("base", False), ("token-review", True)])
-async def test_tokenreview_only_with_its_overlay(
-    devcluster: DevCluster, tmp_path: Path, overlay: str, allowed: bool
+@pytest.mark.parametrize(("component", "allowed"), [(None, False), ("token-review", True)])
+async def test_tokenreview_only_with_its_component(
+    devcluster: DevCluster, tmp_path: Path, component: str | None, allowed: bool
 ) -> None:
-    kube = await as_server(devcluster, overlay, tmp_path)
+    kube = await as_server(devcluster, component, tmp_path)
     review = {
         "apiVersion": "authentication.k8s.io/v1",
         "kind": "TokenReview",

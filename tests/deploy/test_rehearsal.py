@@ -118,7 +118,7 @@ def service_target(docs: list[Doc], container: Container, host: str, port: int) 
     return container.port(entry.get("targetPort", port))
 
 
-@pytest.mark.parametrize("overlay", ["base"])
+@pytest.mark.parametrize("overlay", ["base", "kubeflow"])
 async def test_the_deployment_starts_injects_and_serves(
     devcluster: DevCluster, tmp_path: Path, overlay: str
 ) -> None:

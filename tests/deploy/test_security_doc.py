@@ -13,7 +13,7 @@ from .rendering import MANIFESTS, ROOT
 ROLE_FILES = [
     MANIFESTS / "base" / "rbac.yaml",
     MANIFESTS / "base" / "rbac-certs.yaml",
-    MANIFESTS / "overlays" / "token-review" / "rbac.yaml",
+    MANIFESTS / "components" / "token-review" / "rbac.yaml",
 ]
 
 
