@@ -22,9 +22,11 @@ The decision is a JSON Patch (RFC 6902) against the pod as admission shows it:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from .auth.claims import audience_for
 from .endpoint import STATUS_PATH
@@ -290,6 +292,48 @@ def plan(
     if not ops:
         return Plan(UNCHANGED, [])
     return Plan(OVERRIDDEN if foreign else INJECTED, ops)
+
+
+def elsewhere(pod: Mapping[str, Any], target: Target) -> str:
+    """Where the status server URL a pod already carries points, as
+    ``scheme://host[:port]``, when it is not ``target``; empty when no container sets a
+    URL of someone else's as a plain value (the user set the variables otherwise)."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if not isinstance(container, dict):
+            continue
+        found = _find(container.get("env"), _named(URL_ENV))
+        value = found[1].get("value") if found is not None else None
+        if not isinstance(value, str):
+            continue
+        try:
+            parts = urlsplit(value)
+        except ValueError:
+            return ""
+        if parts.netloc and parts.netloc != urlsplit(target.base_url()).netloc:
+            return f"{parts.scheme}://{parts.netloc}"
+    return ""
+
+
+class FirstSighting:
+    """Says whether a key is seen for the first time, remembering the ``size`` most
+    recently seen keys only (memory stays bounded however many TrainJobs pass; a key
+    forgotten since is taken as new)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._seen: OrderedDict[Hashable, None] = OrderedDict()
+
+    def first(self, key: Hashable) -> bool:
+        if key in self._seen:
+            self._seen.move_to_end(key)
+            return False
+        self._seen[key] = None
+        if len(self._seen) > self.size:
+            self._seen.popitem(last=False)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._seen)
 
 
 Match = Callable[[dict[str, Any]], bool]

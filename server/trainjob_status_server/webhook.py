@@ -33,7 +33,7 @@ from aiohttp import web
 
 from . import injection
 from .endpoint import read_body
-from .injection import Plan, Selector, Target
+from .injection import FirstSighting, Plan, Selector, Target
 from .kube.backoff import Backoff
 from .kube.cache import DEFAULT_BACKOFF, WatchCache
 from .kube.client import KubeClient
@@ -115,6 +115,8 @@ class PodInjector:
         self.settings = settings
         self.trainjobs = trainjobs
         self.steps = steps
+        # A TrainJob's pods all carry the same foreign injection: one line says so.
+        self.foreign = FirstSighting()
         for result in injection.RESULTS:
             INJECTIONS.labels(result=result)  # every series exists from the start, at 0
 
@@ -178,7 +180,25 @@ class PodInjector:
             "pod admission",
             extra={"namespace": namespace, "trainjob": trainjob, "result": decided.outcome},
         )
+        foreign = decided.outcome in (injection.PRESENT, injection.OVERRIDDEN)
+        if foreign and self.foreign.first((namespace, trainjob)):
+            self._log_foreign(pod, namespace, trainjob, decided.outcome)
         return decided
+
+    def _log_foreign(self, pod: Obj, namespace: str, trainjob: str, outcome: str) -> None:
+        """Once per TrainJob: its pods already carry another injection (the Trainer's
+        own status server, or the user's values), left alone or replaced."""
+        fields = {
+            "namespace": namespace,
+            "trainjob": trainjob,
+            "result": outcome,
+            "elsewhere": injection.elsewhere(pod, self.settings.target),
+        }
+        if outcome == injection.OVERRIDDEN:
+            log.info("trainjob pods redirected to this server", extra=fields)
+        else:
+            # Its updates go elsewhere: this server will not see that TrainJob's posts.
+            log.warning("trainjob pods report elsewhere; left alone", extra=fields)
 
     async def _selected(self, pod: Obj, namespace: str, trainjob: str, deadline: float) -> bool:
         selector = self.settings.selector
