@@ -6,11 +6,23 @@ import argparse
 import asyncio
 import contextlib
 import os
+import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NoReturn
 
-from . import config, logs
+from . import config, logs, tls
+from .kube.errors import KubeConfigError
+
+IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"  # what kubelet sets in every pod
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (the flag and what is wrong with it), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (--help lists the options)\n")
 
 
 def _env_int(name: str, default: int) -> int:
@@ -19,7 +31,7 @@ def _env_int(name: str, default: int) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="trainjob-status-server",
         description="Status ingest server for Kubeflow Trainer TrainJobs.",
     )
@@ -112,21 +124,64 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(asyncio.run(run_demo(options)))
 
 
+def startup_problems(settings: config.Config, environ: Mapping[str, str]) -> list[str]:
+    """What would stop ``serve`` at start that can be told before it starts, one line
+    each: files that are not there, a TLS pair that does not load, no way to reach the
+    Kubernetes API."""
+    problems = []
+    if settings.kubeconfig is None:
+        if not environ.get(IN_CLUSTER_ENV):
+            problems.append(
+                f"not running in a cluster ({IN_CLUSTER_ENV} is unset): give --kubeconfig "
+                "(or TRAINJOB_STATUS_KUBECONFIG)"
+            )
+    elif not settings.kubeconfig.is_file():
+        problems.append(f"--kubeconfig {settings.kubeconfig}: no such file")
+    # The bootstrap writes the pair itself; without TLS there is none to read.
+    if settings.insecure_http or settings.cert_bootstrap:
+        return problems
+    pair = (("--tls-cert-file", settings.tls_cert_file), ("--tls-key-file", settings.tls_key_file))
+    missing = [f"{flag} {path}: no such file" for flag, path in pair if not _is_file(path)]
+    problems.extend(missing)
+    if not missing and settings.tls_cert_file and settings.tls_key_file:
+        try:
+            tls.build_context(settings.tls_cert_file, settings.tls_key_file, "1.2")
+        except (OSError, ssl.SSLError) as exc:
+            problems.append(
+                f"--tls-cert-file {settings.tls_cert_file} and --tls-key-file "
+                f"{settings.tls_key_file} do not load as a certificate and its key: {exc}"
+            )
+    return problems
+
+
+def _is_file(path: Path | None) -> bool:
+    return path is not None and path.is_file()
+
+
 def _serve(args: argparse.Namespace) -> int:
     try:
         settings = config.from_args(args)
     except ValueError as exc:
-        print(f"trainjob-status-server serve: {exc}", file=sys.stderr)
-        return 2
-    problems = settings.check()
+        return _refuse([str(exc)])
+    problems = settings.check() or startup_problems(settings, os.environ)
     if problems:
-        for problem in problems:
-            print(f"trainjob-status-server serve: {problem}", file=sys.stderr)
-        return 2
+        return _refuse(problems)
     logs.configure(settings.log_level, settings.log_format)
     from .running import serve_until_signalled
 
-    return asyncio.run(serve_until_signalled(settings))
+    try:
+        return asyncio.run(serve_until_signalled(settings))
+    except KubeConfigError as exc:
+        # A kubeconfig that is there but does not load, or an in-cluster account
+        # without its files: nothing was served yet.
+        return _refuse([str(exc)])
+
+
+def _refuse(problems: list[str]) -> int:
+    for problem in problems:
+        # One line each, whatever a parser's message holds (YAML errors span lines).
+        print(f"trainjob-status-server serve: {' '.join(problem.split())}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
