@@ -4,16 +4,22 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The demo needs the server's dependencies only, not the test and lint tools.
+SERVER_STAMP := $(VENV)/.installed-server
 
 .PHONY: demo test lint typecheck unit devcluster bench clean
 
-$(STAMP): pyproject.toml
+$(SERVER_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[server]'
+	touch $(SERVER_STAMP)
+
+$(STAMP): $(SERVER_STAMP)
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(SERVER_STAMP)
 	$(BIN)/trainjob-status-server demo
 
 lint: $(STAMP)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import shlex
 import shutil
 import tempfile
 import threading
@@ -28,6 +29,7 @@ from .auth.verifier import AuthSettings, TokenAuthenticator
 from .config import Config
 from .devcluster import DevCluster
 from .devcluster.pki import CertificateAuthority
+from .injection import CA_CERT_ENV, TOKEN_ENV, URL_ENV
 from .kube.resources import TRAINJOBS
 
 NAMESPACE = "demo"
@@ -45,6 +47,28 @@ class DemoOptions:
 
 def audience(namespace: str, name: str) -> str:
     return f"trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
+
+
+def exports(url: str, ca: Path, token: Path) -> list[str]:
+    """The shell lines that give another terminal what the demo's pod has."""
+    values = ((URL_ENV, url), (CA_CERT_ENV, str(ca)), (TOKEN_ENV, str(token)))
+    return [f"export {name}={shlex.quote(value)}" for name, value in values]
+
+
+def kubectl_command(kubeconfig: Path) -> list[str]:
+    """kubectl, pointed at the demo's cluster, reading the TrainJob's progress."""
+    return [
+        "kubectl", "--kubeconfig", str(kubeconfig), "get", "trainjob", TRAINJOB,
+        "-n", NAMESPACE, "-o", "jsonpath={.status.trainerStatus.progressPercentage}",
+    ]  # fmt: skip
+
+
+def lifetime_note(keep: bool) -> str:
+    """How long what the demo printed stays usable: the cluster, the server and the
+    files live as long as the demo does."""
+    if keep:
+        return "(until you stop the demo with Ctrl-C)"
+    return "(only while the demo runs: add --keep to keep it running afterwards)"
 
 
 def train(stop_at: float, url: str, token: Path, ca: Path, interval: float) -> None:
@@ -110,6 +134,12 @@ async def run_demo(options: DemoOptions) -> int:
             )
             console.print(f"[bold]server[/]     {url}")
             console.print(f"[bold]metrics[/]    {server.metrics_url}/metrics")
+            console.print(
+                "\nThe pod's environment, to report from a shell of your own "
+                "(`trainjob-status report --progress 50`) " + lifetime_note(options.keep) + ":"
+            )
+            for line in exports(url, workdir / "ca.crt", workdir / "token"):
+                _plain(console, line)
             stop_at = time.monotonic() + options.duration
             trainer = threading.Thread(
                 target=train,
@@ -120,7 +150,7 @@ async def run_demo(options: DemoOptions) -> int:
             final = await _show_progress(server, console, trainer)
             console.print("\n[bold]status.trainerStatus[/] as the API server holds it:")
             console.print_json(json.dumps(final))
-            await _kubectl_hint(console, cluster)
+            await _kubectl_hint(console, cluster, options.keep)
             if options.keep:
                 console.print("Serving until Ctrl-C (--keep).")
                 await asyncio.Event().wait()
@@ -167,13 +197,16 @@ async def _show_progress(
     return held
 
 
-async def _kubectl_hint(console: Console, cluster: DevCluster) -> None:
-    command = [
-        "kubectl", "--kubeconfig", str(cluster.kubeconfig_path), "get", "trainjob", TRAINJOB,
-        "-n", NAMESPACE, "-o", "jsonpath={.status.trainerStatus.progressPercentage}",
-    ]  # fmt: skip
-    console.print("\nLook at it with kubectl (while the demo runs; --keep holds it open):")
-    console.print("  " + " ".join(command[:-1]) + " '" + command[-1] + "'")
+def _plain(console: Console, line: str) -> None:
+    """``line`` exactly as given: one line however narrow the terminal (to copy and
+    paste), no markup or highlighting."""
+    console.print(line, soft_wrap=True, markup=False, highlight=False, overflow="ignore")
+
+
+async def _kubectl_hint(console: Console, cluster: DevCluster, keep: bool) -> None:
+    command = kubectl_command(cluster.kubeconfig_path)
+    console.print(f"\nLook at it with kubectl {lifetime_note(keep)}:")
+    _plain(console, shlex.join(command))
     if shutil.which("kubectl"):
         # Not subprocess.run: the cluster answering kubectl runs on this event loop.
         proc = await asyncio.create_subprocess_exec(
