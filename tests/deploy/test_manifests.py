@@ -242,6 +242,18 @@ def test_the_image_is_pinned_and_an_images_entry_overrides_it() -> None:
     assert server(moved)["image"] == custom
 
 
+@pytest.mark.parametrize("overlay", ["kubeflow", "quick-start"])
+def test_the_override_component_adds_the_flag_beside_the_others(overlay: str) -> None:
+    for order in (("override-existing", "cert-manager"), ("cert-manager", "override-existing")):
+        docs = render(overlay, "token-review", *order)
+        args = server(docs)["args"]
+        # cert-manager took --cert-bootstrap out, whichever came first; the others stay.
+        assert sorted(args[2:]) == ["--distribute-ca", "--override-existing", "--token-review"]
+        parsed = build_parser().parse_args(["serve", *args])
+        assert from_args(parsed, environ={}).override_existing is True
+    assert "--override-existing" not in server(render(overlay))["args"]
+
+
 @pytest.mark.parametrize("version", ["1.30.0", "latest"])
 def test_objects_validate_against_the_kubernetes_schemas(docs: list[Doc], version: str) -> None:
     try:
