@@ -169,6 +169,13 @@ async def test_the_deployment_starts_injects_and_serves(
         async with KubeClient(devcluster.kubeconfig_path) as admin:
             stored = await admin.create(PODS, TEAM, trainer_pod())
         assert [outcome for _, outcome in devcluster.app.admission.calls] == ["patched"]
+        # The server's own namespace, whichever the overlay chose, is never sent to it.
+        devcluster.create_trainjob(here, JOB)
+        devcluster.create("serviceaccounts", {"metadata": {"name": "trainer"}}, here)
+        async with KubeClient(devcluster.kubeconfig_path) as admin:
+            own = await admin.create(PODS, here, trainer_pod())
+        assert [outcome for _, outcome in devcluster.app.admission.calls] == ["patched"]
+        assert "env" not in own["spec"]["containers"][0]
         env, mounted = kubelet_mounts(devcluster, stored, tmp_path / "pod")
         assert set(ENV) <= set(env)
         url = urlsplit(env["KUBEFLOW_TRAINER_SERVER_URL"])
