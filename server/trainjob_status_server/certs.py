@@ -1,5 +1,5 @@
 """Certificate bootstrap: the server's own CA and serving certificate, with no other
-component installed (the default; the cert-manager overlay turns it off).
+component installed (the default; the cert-manager component turns it off).
 
 One Secret (``kubernetes.io/tls`` plus ``ca.crt``/``ca.key``, see ``pki.py``) is the
 truth every replica shares. At start and every ``check_interval`` a replica reads it,
