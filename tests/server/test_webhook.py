@@ -125,6 +125,11 @@ async def make_rig(
         trainjobs = WatchCache(kube, TRAINJOBS, absent_seconds=TRAINJOB_ABSENT_SECONDS)
         await trainjobs.start()
         await trainjobs.wait_synced()
+        # The cache opens its watch after the list that synced it: once that request is
+        # in, the cache asks nothing more, and a test may count what admissions cost.
+        async with asyncio.timeout(10):
+            while cluster.faults.count("watch", "trainjobs") == 0:
+                await asyncio.sleep(0.01)
         jobsets = JobSetSteps(standin_kube, settings.selector, backoff=backoff) if steps else None
         if jobsets is not None:
             await jobsets.start()
