@@ -69,16 +69,21 @@ def _core(kind: str, plural: str, *, namespaced: bool = True, **kw: Any) -> Reso
     )
 
 
-def load_trainjob_crd() -> dict[str, Any]:
-    """The CustomResourceDefinition document shipped in ``devcluster/crds``."""
+def load_crd(filename: str) -> dict[str, Any]:
+    """A CustomResourceDefinition document shipped in ``devcluster/crds``."""
     text = (
         resources.files("trainjob_status_server.devcluster")
-        .joinpath("crds/trainjobs.yaml")
+        .joinpath("crds", filename)
         .read_text(encoding="utf-8")
     )
     doc = yaml.safe_load(text)
     assert isinstance(doc, dict)
     return doc
+
+
+def load_trainjob_crd() -> dict[str, Any]:
+    """The TrainJob CustomResourceDefinition, the one this cluster validates fully."""
+    return load_crd("trainjobs.yaml")
 
 
 def resource_from_crd(crd: dict[str, Any]) -> ResourceType:
@@ -135,6 +140,7 @@ def default_resources() -> list[ResourceType]:
             namespaced=False,
         ),
         resource_from_crd(load_trainjob_crd()),
+        resource_from_crd(load_crd("jobsets.yaml")),
     ]
 
 
