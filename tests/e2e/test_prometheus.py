@@ -189,6 +189,7 @@ async def test_every_dashboard_query_runs_and_the_progress_panel_has_data(
     await eventually(scraped_twice, what="two scrapes")
     dashboard = json.loads(DASHBOARD.read_text())
     variables = {
+        "cluster": ".*",
         "namespace": ".*",
         "trainjob": ".*",
         "metric": "loss",
@@ -206,7 +207,10 @@ async def test_every_dashboard_query_runs_and_the_progress_panel_has_data(
         selector = interpolate(match.group(1), variables)
         values = await prometheus.api(f"label/{match.group(2)}/values", **{"match[]": selector})
         assert (
-            values == {"namespace": [NS], "trainjob": ["tj"], "metric": ["loss"]}[variable["name"]]
+            values
+            == {"cluster": [], "namespace": [NS], "trainjob": ["tj"], "metric": ["loss"]}[
+                variable["name"]
+            ]
         )
     checked = 0
     for panel in panels(dashboard):
@@ -220,4 +224,10 @@ async def test_every_dashboard_query_runs_and_the_progress_panel_has_data(
                 ]
             if panel["title"] == "$metric":
                 assert [r["value"] for r in result] == [0.5]
+            if panel["title"] == "TrainJobs by runtime":
+                assert [(r["labels"], r["value"]) for r in result] == [
+                    ({"runtime": "torch-distributed"}, 1.0)
+                ]
+            if panel["title"] == "TrainJobs by state" and target["legendFormat"] == "Active":
+                assert [r["value"] for r in result] == [1.0]
     assert checked == sum(len(p["targets"]) for p in panels(dashboard))
