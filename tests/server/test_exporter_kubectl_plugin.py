@@ -9,6 +9,7 @@ import datetime as dt
 import io
 import json
 import os
+import pty
 import re
 import shutil
 import signal
@@ -404,7 +405,7 @@ class Kubectl:
         }
 
     async def start(
-        self, *args: str, env: dict[str, str] | None = None
+        self, *args: str, env: dict[str, str] | None = None, stdout: int = asyncio.subprocess.PIPE
     ) -> asyncio.subprocess.Process:
         # Not blocking the event loop: the devcluster serves from this same loop. kubectl
         # starts with Ctrl-C's default action, as in a terminal, even when this test run
@@ -416,7 +417,7 @@ class Kubectl:
             _WITH_DEFAULT_SIGINT,
             "kubectl",
             *args,
-            stdout=asyncio.subprocess.PIPE,
+            stdout=stdout,
             stderr=asyncio.subprocess.PIPE,
             env={**self.env, **(env or {})},
         )
@@ -780,6 +781,39 @@ class TestThroughKubectl:
         assert after[2].split()[:4] == ["tj-new", "-", "████████████████████", "100%"]
         assert await interrupted(proc) == (130, "")
 
+    async def test_on_a_terminal_the_live_table_is_marked_and_stderr_says_why(
+        self, kubectl: Kubectl, devcluster: DevCluster, jobs: float
+    ) -> None:
+        # stdout a terminal (the table redrawn in place), stderr a file: the reason goes
+        # to stderr, not into the table.
+        screen = Screen()
+        try:
+            proc = await kubectl.start(
+                "trainjob", "progress", "-n", "team-a", "-w", stdout=screen.child,
+                env={"COLUMNS": "120", "TERM": "xterm"},
+            )  # fmt: skip
+            assert proc.stderr is not None
+            await screen.shows(lambda frame: "tj-b" in frame)
+            await take_the_api_away(devcluster)
+            assert (await read_line(proc.stderr)).startswith(
+                "error: Error from server (ServiceUnavailable): "
+            )
+            stale = await screen.shows(lambda frame: "- (stale)" in frame)
+            assert "Created (stale)" in stale
+            devcluster.delete("trainjobs", "team-a", "tj-a", GROUP)
+            devcluster.faults.clear()
+            assert (
+                await read_line(proc.stderr) == "the API server answers again: rows are current\n"
+            )
+            # Redrawn without the marks and without the TrainJob deleted meanwhile; the
+            # reason never went into the table.
+            back = await screen.shows(lambda frame: "tj-b" in frame and "tj-a" not in frame)
+            assert "stale" not in back
+            assert "error" not in screen.text
+            assert await interrupted(proc) == (130, "")
+        finally:
+            screen.close()
+
     async def test_watch_documents_resume_after_the_api_server_is_back(
         self, kubectl: Kubectl, devcluster: DevCluster, jobs: float
     ) -> None:
@@ -839,6 +873,41 @@ async def interrupted(proc: asyncio.subprocess.Process) -> tuple[int, str]:
         err = (await proc.stderr.read()).decode(errors="replace")
         raise AssertionError(f"still running 10 s after SIGINT; its stderr: {err!r}") from None
     return code, (await proc.stderr.read()).decode(errors="replace")
+
+
+class Screen:
+    """A pseudo-terminal for the plugin's stdout; what it draws, read as it comes."""
+
+    def __init__(self) -> None:
+        self.parent, self.child = pty.openpty()
+        self.text = ""
+        self.changed = asyncio.Event()
+        asyncio.get_running_loop().add_reader(self.parent, self._read)
+
+    def _read(self) -> None:
+        try:
+            data = os.read(self.parent, 65536)
+        except OSError:  # the other end closed
+            data = b""
+        self.text += data.decode(errors="replace")
+        self.changed.set()
+
+    def frame(self) -> str:
+        """The last table drawn (each redraw starts with the header), maybe in part."""
+        return self.text[self.text.rfind("NAME") :]
+
+    async def shows(self, check: Callable[[str], bool]) -> str:
+        """Wait until the last table drawn satisfies ``check``; that table."""
+        async with asyncio.timeout(15):
+            while not check(self.frame()):
+                self.changed.clear()
+                await self.changed.wait()
+        return self.frame()
+
+    def close(self) -> None:
+        asyncio.get_running_loop().remove_reader(self.parent)
+        os.close(self.parent)
+        os.close(self.child)
 
 
 async def take_the_api_away(cluster: DevCluster) -> None:
