@@ -286,6 +286,7 @@ def test_failure_reasons_read_as_kubectl_says_them() -> None:
     )
     assert reason_of(KubeUnavailable("GET /apis/x: timed out")) == "GET /apis/x: timed out"
     assert reason_of(KubeUnavailable()) == "KubeUnavailable"
+    assert reason_of(ValueError("watch line is not an event")) == "watch line is not an event"
 
 
 # What a hostile writer may put in any string the plugin prints: a screen clear, a

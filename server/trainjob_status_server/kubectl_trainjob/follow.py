@@ -124,7 +124,8 @@ class Follower:
                     failures += 1
                     retry_after = exc.retry_after
                     self._tell(failed, reason_of(exc))
-            except KubeUnavailable as exc:
+            except (KubeUnavailable, ValueError) as exc:
+                # ValueError: a watch line that is not an event (a proxy's error page).
                 relist = True
                 failures += 1
                 self._tell(failed, reason_of(exc))

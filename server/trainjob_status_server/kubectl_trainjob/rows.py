@@ -142,8 +142,9 @@ def updated_text(row: Row, now: float) -> str:
 
 
 def document(row: Row, metrics: Sequence[str] = ()) -> dict[str, Any]:
-    """A row for ``-o json|yaml``: the trainerStatus fields as stored; ``metrics`` as
-    reported, or only the chosen ones when ``metrics`` names some."""
+    """A row for ``-o json|yaml``: the state and runtime name, the trainerStatus fields
+    as stored; ``metrics`` as reported, or only the chosen ones when ``metrics`` names
+    some."""
     chosen = [
         {"name": name, "value": value}
         for name, value in row.metrics
