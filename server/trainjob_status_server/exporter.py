@@ -49,8 +49,9 @@ from .series import (
 )
 
 DEFAULT_MAX_SERIES = 100_000
-"""Default of ``--max-exported-series``: every TrainJob's core series fit far beyond
-10,000 TrainJobs; beyond it the user metrics are dropped first."""
+"""Default of ``--max-exported-series``: the state and core series of 10,000 TrainJobs fit
+(7 each for one with three conditions, at most 12); beyond it the user metrics are
+dropped first."""
 DEFAULT_MAX_NAMES = 512
 """Default of ``--max-metric-names-per-trainjob``: twice the metrics one status may hold
 (the CRD's limit), so a job may rename every metric of a full list once."""
