@@ -16,7 +16,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from rich.live import Live
 
-from ..kube.client import KubeClient
+from ..kube.client import KubeClient, ObjectList
 from ..kube.errors import KubeConfigError, KubeError, KubeUnavailable
 from ..kube.resources import TRAINJOBS, key_of
 from ..kube.store import CacheEvent
@@ -106,21 +106,20 @@ async def progress(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 return 0
             view.snapshot(rows)
             return 0
-        follower = Follower(
-            client,
-            namespace,
-            args.selector,
-            on_change=lambda events: None,
-            on_message=view.message,
-        )
-        follower.load(listed)
-        await watch(follower, args.names, view)
+        await watch(client, namespace, args.selector, listed, args.names, view)
     return 0
 
 
-async def watch(follower: Follower, names: Sequence[str], view: View) -> None:
-    """Follow the TrainJobs until interrupted; redraw (or print events) on each change,
-    rows marked stale while the API server does not answer."""
+async def watch(
+    client: KubeClient,
+    namespace: str | None,
+    selector: str | None,
+    listed: ObjectList,
+    names: Sequence[str],
+    view: View,
+) -> None:
+    """Follow the TrainJobs from ``listed`` until interrupted; redraw (or print events)
+    on each change, rows marked stale while the API server does not answer."""
     pending: list[CacheEvent] = []
     changed = asyncio.Event()
 
@@ -133,7 +132,8 @@ async def watch(follower: Follower, names: Sequence[str], view: View) -> None:
     def rows() -> list[Row]:
         return selected(map(row_of, follower.objects()), names)
 
-    follower.on_change = heard
+    follower = Follower(client, namespace, selector, on_change=heard, on_message=view.message)
+    follower.load(listed)
     live = Live(console=view.console, auto_refresh=False) if view.interactive else None
     task = asyncio.create_task(follower.run(), name="kubectl-trainjob-watch")
     try:
