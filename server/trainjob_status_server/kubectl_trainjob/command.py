@@ -136,6 +136,8 @@ async def watch(
     follower.load(listed)
     live = Live(console=view.console, auto_refresh=False) if view.interactive else None
     task = asyncio.create_task(follower.run(), name="kubectl-trainjob-watch")
+    # The follower ends only by raising: wake the loop below to raise it here.
+    task.add_done_callback(lambda _: changed.set())
     try:
         with live if live is not None else contextlib.nullcontext():
             view.live = live
@@ -152,7 +154,7 @@ async def watch(
                     async with asyncio.timeout(timeout):
                         await changed.wait()
                 if task.done():
-                    task.result()  # the follower only ends by raising
+                    task.result()
                 redraw = changed.is_set()
                 changed.clear()
                 events = _drain(pending)
