@@ -49,8 +49,9 @@ from .series import (
 )
 
 DEFAULT_MAX_SERIES = 100_000
-"""Default of ``--max-exported-series``: every TrainJob's core series fit far beyond
-10,000 TrainJobs; beyond it the user metrics are dropped first."""
+"""Default of ``--max-exported-series``: the state and core series of 10,000 TrainJobs fit
+(7 each for one with three conditions, at most 12); beyond it the user metrics are
+dropped first."""
 DEFAULT_MAX_NAMES = 512
 """Default of ``--max-metric-names-per-trainjob``: twice the metrics one status may hold
 (the CRD's limit), so a job may rename every metric of a full list once."""
@@ -132,7 +133,7 @@ class RenderedSeries:
     """
 
     core_families: bytes  # the family index of each core line, in line order
-    core_joined: bytes  # the core lines, each ending in a newline, in CORE order
+    core_joined: bytes  # the state lines then the core lines, each ending in a newline
     metrics_joined: bytes  # the metric lines, each ending in a newline, in series order
     metric_count: int
     skipped: frozenset[tuple[str, str]]
@@ -175,7 +176,10 @@ class RenderedSeries:
             f'namespace="{escape_label_value(series.namespace)}",'
             f'trainjob="{escape_label_value(series.trainjob)}"'
         )
-        core = "".join(
+        state = "".join(
+            f"{family}{{{_state_labels(series, more)}}} 1.0\n" for family, more in series.state
+        )
+        core = state + "".join(
             f"{family}{{{labels}}} {format_value(value)}\n" for family, value in series.core
         )
         metrics = "".join(
@@ -183,7 +187,7 @@ class RenderedSeries:
             for name, value in series.metrics
         )
         return cls(
-            core_families=bytes(_INDEX[family] for family, _ in series.core),
+            core_families=bytes(_INDEX[family] for family, _ in (*series.state, *series.core)),
             core_joined=core.encode(),
             metrics_joined=metrics.encode(),
             metric_count=len(series.metrics),
@@ -194,9 +198,15 @@ class RenderedSeries:
         )
 
 
+def _state_labels(series: TrainJobSeries, more: tuple[tuple[str, str], ...]) -> str:
+    pairs = sorted((("namespace", series.namespace), ("trainjob", series.trainjob), *more))
+    return ",".join(f'{label}="{escape_label_value(value)}"' for label, value in pairs)
+
+
 def exposition(selection: Iterable[tuple[RenderedSeries, int, int]]) -> bytes:
-    """The four per-TrainJob families (HELP, TYPE, samples; the same text in both
-    formats) from (TrainJob, core series kept, metric series kept)."""
+    """The per-TrainJob families (HELP, TYPE, samples; the same text in both formats)
+    from (TrainJob, core series kept, metric series kept); the state series count as
+    core series."""
     lines: list[list[bytes]] = [[] for _ in FAMILIES]
     for rendered, core, metrics in selection:
         for index, line in rendered.core_lines(core):
@@ -385,8 +395,15 @@ class TrainJobCollector:
                 continue
             allowed = set(rendered.names)
             admitted = [(name, value) for name, value in series.metrics if name in allowed]
-            for family, value in series.core[:core]:
-                families[_INDEX[family]].add_metric([series.namespace, series.trainjob], value)
+            base = (("namespace", series.namespace), ("trainjob", series.trainjob))
+            samples = [
+                *((family, dict((*base, *more)), 1.0) for family, more in series.state),
+                *((family, dict(base), value) for family, value in series.core),
+            ]
+            for family, held_labels, value in samples[:core]:
+                index = _INDEX[family]
+                values = [held_labels[label] for label in FAMILIES[index].labels]
+                families[index].add_metric(values, value)
             for name, value in admitted[:metrics]:
                 families[_METRIC_INDEX].add_metric([series.namespace, series.trainjob, name], value)
         return families

@@ -1,6 +1,10 @@
 """Which Prometheus series a TrainJob yields, and which of them fit under the cap (pure: no
 I/O, no clock, no registry).
 
+Every TrainJob yields its state: ``trainjob_info`` (its runtime reference) and one
+``trainjob_condition`` per condition the controller set; one that has reported through
+``status.trainerStatus`` yields its progress gauges and metrics as well.
+
 The exporter calls ``series_of`` on every watch event and renders the result at scrape
 time; the kubectl plugin reads its figures through ``parse_time``. User metric names
 are only ever label values (``trainjob_metric{name="..."}``), never metric names.
@@ -23,12 +27,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .views import metric_pairs
+from .views import condition_pairs, metric_pairs
 
 PROGRESS = "trainjob_progress_ratio"
 ESTIMATED_REMAINING = "trainjob_estimated_remaining_seconds"
 LAST_UPDATE = "trainjob_last_update_timestamp_seconds"
 METRIC = "trainjob_metric"
+INFO = "trainjob_info"
+CONDITION = "trainjob_condition"
 
 
 @dataclass(frozen=True)
@@ -63,12 +69,36 @@ FAMILIES = (
         "only values that are finite numbers.",
         ("namespace", "trainjob", "name"),
     ),
+    Family(
+        INFO,
+        "Always 1: the TrainJob exists, with the runtime it references (spec.runtimeRef kind"
+        " and name).",
+        ("namespace", "trainjob", "runtime_kind", "runtime"),
+    ),
+    Family(
+        CONDITION,
+        "Always 1: the TrainJob holds a condition of this type (status.conditions, as its"
+        " controller sets them: Created, Suspended, Complete, Failed, ...) with this status"
+        " (True, False or Unknown).",
+        ("namespace", "trainjob", "type", "status"),
+    ),
 )
-"""In the order they are rendered; ``metrics`` of a TrainJobSeries go to the last one."""
+"""In the order they are rendered; ``metrics`` of a TrainJobSeries go to ``METRIC``."""
 
-# Priority under the cap, most important first: the staleness alert needs the last
-# update, the dashboards progress, then the ETA.
+# Priority under the cap, most important first: the state (``STATE``) before the
+# gauges (``CORE``), and the conditions first of all. The staleness alert reads the last
+# update, and a last update kept without the condition that says the job is over would
+# page someone for a finished job. Then the dashboards' counts by runtime, the last
+# update, progress, then the ETA.
+STATE = (CONDITION, INFO)
 CORE = (LAST_UPDATE, PROGRESS, ESTIMATED_REMAINING)
+
+CONDITION_STATUSES = frozenset({"True", "False", "Unknown"})
+MAX_CONDITIONS = 8
+"""The CRD's maxItems for status.conditions; a source that ignores it exports no more."""
+MAX_STATE_TEXT = 316
+"""Longest condition type or runtime reference exported (metav1.Condition's limit on a
+type, longer than any Kubernetes name)."""
 
 # A decimal number as people and Python's str(float) write it. Stricter than float():
 # no surrounding whitespace, no "1_000", no "infinity" (NaN and infinities are not
@@ -91,7 +121,9 @@ class TrainJobSeries:
     ``core`` holds (family name, value) in ``CORE`` order, for the fields that are set;
     ``metrics`` (metric name, value) in the order reported, each name once; ``skipped``
     the (name, value) pairs left out because the value is not a finite number;
-    ``unexportable`` the names left out because ``exportable`` refuses them.
+    ``unexportable`` the names left out because ``exportable`` refuses them; ``state``
+    (family name, labels besides namespace and trainjob) for the series valued 1, in
+    ``STATE`` order, which come before ``core`` under the cap.
     """
 
     namespace: str
@@ -100,29 +132,31 @@ class TrainJobSeries:
     metrics: tuple[tuple[str, float], ...] = ()
     skipped: frozenset[tuple[str, str]] = NONE_SKIPPED
     unexportable: frozenset[str] = NONE_REFUSED
+    state: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
 
     @property
     def count(self) -> int:
         """Series this TrainJob yields."""
-        return len(self.core) + len(self.metrics)
+        return len(self.state) + len(self.core) + len(self.metrics)
 
 
 def series_of(trainjob: Mapping[str, Any]) -> TrainJobSeries | None:
-    """The series of a TrainJob object; None when it has no ``status.trainerStatus``, or
-    a namespace or name that cannot be exported (the API server's name rules make that
-    impossible, but nothing here trusts the source).
+    """The series of a TrainJob object; None when its namespace or name cannot be
+    exported (the API server's name rules make that impossible, but nothing here trusts
+    the source). A TrainJob without ``status.trainerStatus`` yields its state only.
 
     Fields that are missing or of the wrong type yield no series (status written by a
     writer other than us passed the CRD's schema, but nothing here trusts that).
     """
-    status = trainjob.get("status")
-    trainer = status.get("trainerStatus") if isinstance(status, dict) else None
-    if not isinstance(trainer, dict):
-        return None
     meta = trainjob.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     if not (exportable(namespace) and exportable(name)):
         return None
+    status = trainjob.get("status")
+    state = state_of(trainjob.get("spec"), status)
+    trainer = status.get("trainerStatus") if isinstance(status, dict) else None
+    if not isinstance(trainer, dict):
+        return TrainJobSeries(namespace=namespace, trainjob=name, state=state)
     fields: dict[str, float] = {}
     stamp = trainer.get("lastUpdatedTime")
     if isinstance(stamp, str) and (seconds := parse_time(stamp)) is not None:
@@ -141,7 +175,48 @@ def series_of(trainjob: Mapping[str, Any]) -> TrainJobSeries | None:
         metrics=metrics,
         skipped=skipped,
         unexportable=unexportable,
+        state=state,
     )
+
+
+def state_of(spec: Any, status: Any) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """A TrainJob's state series: its conditions (``conditions_of``), then its info.
+
+    The info series is there for every TrainJob, so counting it counts TrainJobs; a
+    runtime reference that is missing or cannot be exported leaves its labels empty.
+    """
+    ref = spec.get("runtimeRef") if isinstance(spec, dict) else None
+    kind = name = ""
+    if isinstance(ref, dict):
+        kind, name = _state_text(ref.get("kind")), _state_text(ref.get("name"))
+    conditions = conditions_of(status.get("conditions") if isinstance(status, dict) else None)
+    return (
+        *((CONDITION, (("type", type_), ("status", value))) for type_, value in conditions),
+        (INFO, (("runtime_kind", kind), ("runtime", name))),
+    )
+
+
+def conditions_of(items: Any) -> tuple[tuple[str, str], ...]:
+    """(type, status) of each condition that can be exported, in the order held, each
+    type once (the last one held wins, as the list's map key makes it unique on the API
+    server) and ``MAX_CONDITIONS`` at most; the API's list of objects or a cache view's
+    pairs. A status other than True, False or Unknown is no condition status at all."""
+    if isinstance(items, list):
+        items = condition_pairs(items)
+    elif not isinstance(items, tuple):
+        return ()
+    latest: dict[str, str] = {}
+    for kind, value in items:
+        if _state_text(kind) and value in CONDITION_STATUSES:
+            latest.pop(kind, None)
+            latest[kind] = value
+    return tuple(latest.items())[:MAX_CONDITIONS]
+
+
+def _state_text(value: Any) -> str:
+    if isinstance(value, str) and len(value) <= MAX_STATE_TEXT and exportable(value):
+        return value
+    return ""
 
 
 def exportable(text: str) -> bool:

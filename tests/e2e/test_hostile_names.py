@@ -32,7 +32,7 @@ POSTED = [
     ("loss", "9"),
 ]
 EXPORTABLE = [('q"uote\\back\nslash', 2.0), ("λόγος 🚀", 4.0), ("\u202eodd", 7.0), ("loss", 9.0)]
-CORE = 2  # the last update and the progress
+CORE = 3  # the info, the last update and the progress
 KEPT = 2  # of the exportable metrics, under the cap below
 CAP = CORE + KEPT
 

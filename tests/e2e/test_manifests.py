@@ -21,6 +21,8 @@ from trainjob_status_server.series import FAMILIES
 
 from .conftest import DASHBOARD, MANIFESTS, RULES
 
+RUNBOOKS = Path(__file__).parents[2] / "docs" / "runbooks.md"
+
 LABELS = {"app.kubernetes.io/name": "trainjob-status"}
 
 
@@ -49,6 +51,24 @@ def test_prometheusrule_carries_the_rule_files_groups() -> None:
             assert r["labels"]["severity"] in ("info", "warning", "critical")
             assert r["annotations"]["summary"]
             assert r["annotations"]["description"]
+
+
+def runbook_sections() -> set[str]:
+    """The anchors of docs/runbooks.md's sections, as GitHub makes them of a heading."""
+    text = RUNBOOKS.read_text()
+    return {
+        re.sub(r"[^a-z0-9 _-]", "", heading.lower()).replace(" ", "-")
+        for heading in re.findall(r"^#{2,3} (.+)$", text, flags=re.MULTILINE)
+    }
+
+
+def test_every_alert_links_its_own_runbook_section() -> None:
+    sections = runbook_sections()
+    rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    for rule in rules:
+        url = rule["annotations"]["runbook_url"]
+        assert url == f"docs/runbooks.md#{rule['alert'].lower()}"
+        assert url.split("#")[1] in sections
 
 
 def test_servicemonitor_scrapes_the_services_metrics_port() -> None:
@@ -80,12 +100,16 @@ def test_dashboard_is_well_formed_with_a_datasource_variable() -> None:
         "datasource",
         "prometheus",
     )
-    assert set(variables) == {"datasource", "namespace", "trainjob", "metric"}
+    assert set(variables) == {"datasource", "cluster", "namespace", "trainjob", "metric"}
+    # "All" clusters matches series with no cluster label too (one Prometheus per cluster).
+    assert (variables["cluster"]["includeAll"], variables["cluster"]["allValue"]) == (True, ".*")
     panels = all_panels(dashboard)
     assert len({p["id"] for p in panels}) == len(panels)
     titles = [p["title"] for p in panels if p["type"] != "row"]
     wanted = {"Progress", "Progress over time", "Estimated time remaining", "$metric"}
     wanted |= {"Time since last update", "Replicas up", "Status posts by code"}
+    wanted |= {"TrainJobs by state", "TrainJobs by runtime"}
+    wanted |= {"Complete, failed and suspended by runtime"}
     assert wanted <= set(titles)
     for panel in panels:
         grid = panel["gridPos"]
@@ -102,6 +126,29 @@ def test_dashboard_is_well_formed_with_a_datasource_variable() -> None:
     for variable in variables.values():
         if variable["type"] == "query":
             assert variable["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+
+
+def selectors(expr: str) -> list[tuple[str, str]]:
+    """(metric name, its matchers as written) of each series selector in ``expr``."""
+    found = re.findall(r"\b(trainjob_[a-z_]+|process_[a-z_]+|up)\b(\{[^}]*\})?", expr)
+    return [(name, matchers) for name, matchers in found]
+
+
+def test_every_dashboard_query_follows_the_cluster_variable() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    expressions = [t["expr"] for p in all_panels(dashboard) for t in p.get("targets", [])]
+    expressions += [
+        v["query"]["query"]
+        for v in dashboard["templating"]["list"]
+        if v["type"] == "query" and v["name"] != "cluster"
+    ]
+    for expr in expressions:
+        found = selectors(expr)
+        assert found, expr
+        for name, matchers in found:
+            assert matchers.startswith('{cluster=~"$cluster"'), (name, expr)
+        # Per TrainJob: never merged across clusters.
+        assert "by (namespace, trainjob" not in expr
 
 
 def exported_names() -> set[str]:

@@ -89,11 +89,16 @@ async def test_progress_is_scraped_with_its_labels_and_leaves_with_the_trainjob(
 async def test_stalled_alert_fires_for_the_trainjob_that_stopped_posting(
     stack: Stack, prometheus: Prometheus, devcluster: DevCluster
 ) -> None:
-    for name in ("stalled", "alive", "done"):
+    # Silent as well, at 30%, but their controller says why: no alert for them.
+    ended = {"failed": "Failed", "suspended": "Suspended", "complete": "Complete"}
+    for name in ("stalled", "alive", "done", *ended):
         devcluster.create_trainjob(NS, name)
     await prometheus.start(stack.target, stalled_after(3))
     await stack.post(NS, "stalled", {"progressPercentage": 30, "lastUpdatedTime": now()})
     await stack.post(NS, "done", {"progressPercentage": 100, "lastUpdatedTime": now()})
+    for name, condition in ended.items():
+        await stack.post(NS, name, {"progressPercentage": 30, "lastUpdatedTime": now()})
+        set_conditions(devcluster, name, {"type": condition, "status": "True"})
 
     async def firing() -> list[dict[str, str]]:
         # "alive" keeps posting meanwhile.
@@ -123,6 +128,18 @@ async def test_stalled_alert_fires_for_the_trainjob_that_stopped_posting(
         return not [a for a in alerts if a["labels"]["alertname"] == "TrainJobStalled"]
 
     await eventually(resolved, what="TrainJobStalled to resolve")
+
+
+def set_conditions(cluster: DevCluster, name: str, *conditions: dict[str, str]) -> None:
+    """What the Trainer's controller does: write ``status.conditions`` (stored and
+    watched), leaving the rest of the status as it is."""
+    qualified = cluster.resource("trainjobs", "trainer.kubeflow.org").qualified
+    old = cluster.store.get(qualified, NS, name)
+    assert old is not None
+    status = {**old.get("status", {}), "conditions": list(conditions)}
+    cluster.store.update(
+        qualified, {**old, "metadata": dict(old["metadata"]), "status": status}, old
+    )
 
 
 async def test_every_rule_evaluates_without_error(
@@ -189,6 +206,7 @@ async def test_every_dashboard_query_runs_and_the_progress_panel_has_data(
     await eventually(scraped_twice, what="two scrapes")
     dashboard = json.loads(DASHBOARD.read_text())
     variables = {
+        "cluster": ".*",
         "namespace": ".*",
         "trainjob": ".*",
         "metric": "loss",
@@ -206,7 +224,10 @@ async def test_every_dashboard_query_runs_and_the_progress_panel_has_data(
         selector = interpolate(match.group(1), variables)
         values = await prometheus.api(f"label/{match.group(2)}/values", **{"match[]": selector})
         assert (
-            values == {"namespace": [NS], "trainjob": ["tj"], "metric": ["loss"]}[variable["name"]]
+            values
+            == {"cluster": [], "namespace": [NS], "trainjob": ["tj"], "metric": ["loss"]}[
+                variable["name"]
+            ]
         )
     checked = 0
     for panel in panels(dashboard):
@@ -220,4 +241,10 @@ async def test_every_dashboard_query_runs_and_the_progress_panel_has_data(
                 ]
             if panel["title"] == "$metric":
                 assert [r["value"] for r in result] == [0.5]
+            if panel["title"] == "TrainJobs by runtime":
+                assert [(r["labels"], r["value"]) for r in result] == [
+                    ({"runtime": "torch-distributed"}, 1.0)
+                ]
+            if panel["title"] == "TrainJobs by state" and target["legendFormat"] == "Active":
+                assert [r["value"] for r in result] == [1.0]
     assert checked == sum(len(p["targets"]) for p in panels(dashboard))

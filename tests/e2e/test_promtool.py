@@ -68,7 +68,7 @@ async def test_the_metrics_page_passes_promtool_lint(
     await stack.post("team-a", "tj", update)
 
     async def exported() -> bool:
-        return stack.exporter.series_count == 5
+        return stack.exporter.series_count == 6  # 5 and the info
 
     await eventually(exported, what="the posted status in the exporter")
     async with aiohttp.ClientSession() as session, session.get(stack.metrics_url) as response:

@@ -385,7 +385,7 @@ async def test_the_cap_keeps_core_series_first_and_counts_drops_at_every_scrape(
     poster: Poster, devcluster: DevCluster, start_exporter: ExporterFactory
 ) -> None:
     dropped = "trainjob_status_exported_series_dropped_total"
-    exporter, scraper = await start_exporter(max_series=8)
+    exporter, scraper = await start_exporter(max_series=10)
     for name in ("b-job", "a-job"):
         devcluster.create_trainjob(NS, name)
         update = {
@@ -395,9 +395,9 @@ async def test_the_cap_keeps_core_series_first_and_counts_drops_at_every_scrape(
             "lastUpdatedTime": stamp(0),
         }
         assert (await poster.post(name, {"trainerStatus": update}))[0] == 200
-    # 2 x (3 core + 4 metrics) = 14 series over a cap of 8: every core series (6), then
-    # the metrics of the first TrainJob in (namespace, name) order.
-    await scraper.until(lambda page: exporter.series_count == 14)
+    # 2 x (1 info + 3 core + 4 metrics) = 16 series over a cap of 10: every state and
+    # core series (8), then the metrics of the first TrainJob in (namespace, name) order.
+    await scraper.until(lambda page: exporter.series_count == 16)
     first = await scraper.scrape()
     second = await scraper.scrape()
     core = {

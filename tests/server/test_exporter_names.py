@@ -47,8 +47,8 @@ def refused(page: Page, reason: str) -> float:
     return value
 
 
-# The last update plus one metric fit: the cut falls inside the metric lines.
-@pytest.mark.parametrize("flags", [{"max_exported_series": 2}])
+# The info, the last update and one metric fit: the cut falls inside the metric lines.
+@pytest.mark.parametrize("flags", [{"max_exported_series": 3}])
 @pytest.mark.parametrize("accept", [None, PROMETHEUS_ACCEPT])
 async def test_a_carriage_return_in_a_name_over_the_cap_leaves_a_page_that_parses(
     poster: Poster, devcluster: DevCluster, scraper: Scraper, accept: str | None

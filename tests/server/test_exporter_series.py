@@ -25,15 +25,20 @@ from trainjob_status_server.exporter import (
     format_value,
 )
 from trainjob_status_server.series import (
+    CONDITION,
     CORE,
     ESTIMATED_REMAINING,
     FAMILIES,
+    INFO,
     LAST_UPDATE,
+    MAX_CONDITIONS,
     METRIC,
     PROGRESS,
+    STATE,
     TrainJobSeries,
     admit,
     allowance,
+    conditions_of,
     exportable,
     newly_skipped,
     parse_number,
@@ -44,6 +49,8 @@ from trainjob_status_server.views import trainjob_view
 
 LUT = "2026-12-02T18:33:25Z"
 LUT_SECONDS = 1796236405.0
+# The state of a TrainJob with no runtime reference and no conditions.
+NO_STATE = ((INFO, (("runtime_kind", ""), ("runtime", ""))),)
 
 
 def trainjob(
@@ -79,9 +86,11 @@ def test_full_status_yields_every_family_in_priority_order() -> None:
         core=((LAST_UPDATE, LUT_SECONDS), (PROGRESS, 0.42), (ESTIMATED_REMAINING, 600.0)),
         metrics=(("loss", 0.25), ("accuracy", 0.9)),
         skipped=frozenset({("note", "n/a")}),
+        state=NO_STATE,
     )
-    assert series.count == 5
+    assert series.count == 6
     assert CORE == (LAST_UPDATE, PROGRESS, ESTIMATED_REMAINING)
+    assert STATE == (CONDITION, INFO)
 
 
 @pytest.mark.parametrize(
@@ -94,16 +103,101 @@ def test_full_status_yields_every_family_in_priority_order() -> None:
         {"metadata": {"namespace": "team-a", "name": "tj"}, "status": None},
     ],
 )
-def test_no_trainer_status_no_series(obj: dict[str, Any]) -> None:
-    assert series_of(obj) is None
+def test_no_trainer_status_yields_the_state_only(obj: dict[str, Any]) -> None:
+    assert series_of(obj) == TrainJobSeries("team-a", "tj", state=NO_STATE)
 
 
 def test_fields_left_out_yield_no_series() -> None:
     series = series_of(trainjob({"lastUpdatedTime": LUT}))
-    assert series == TrainJobSeries("team-a", "tj", core=((LAST_UPDATE, LUT_SECONDS),))
+    assert series == TrainJobSeries(
+        "team-a", "tj", core=((LAST_UPDATE, LUT_SECONDS),), state=NO_STATE
+    )
     empty = series_of(trainjob({}))
-    assert empty == TrainJobSeries("team-a", "tj")
-    assert empty.count == 0
+    assert empty == TrainJobSeries("team-a", "tj", state=NO_STATE)
+    assert empty.count == 1
+
+
+# -- state ---------------------------------------------------------------------------------
+
+
+def test_the_state_is_the_conditions_then_the_runtime() -> None:
+    obj = {
+        "metadata": {"namespace": "team-a", "name": "tj"},
+        "spec": {"runtimeRef": {"apiGroup": "trainer.kubeflow.org",
+                 "kind": "TrainingRuntime", "name": "torch"}},
+        "status": {
+            "conditions": [
+                {"type": "Created", "status": "True", "reason": "JobsCreationSucceeded",
+                 "message": "Succeeded to create Jobs", "lastTransitionTime": LUT},
+                {"type": "Suspended", "status": "False", "reason": "Resumed"},
+                {"type": "Complete", "status": "True"},
+            ]
+        },
+    }  # fmt: skip
+    expected = (
+        (CONDITION, (("type", "Created"), ("status", "True"))),
+        (CONDITION, (("type", "Suspended"), ("status", "False"))),
+        (CONDITION, (("type", "Complete"), ("status", "True"))),
+        (INFO, (("runtime_kind", "TrainingRuntime"), ("runtime", "torch"))),
+    )
+    series = series_of(obj)
+    assert series == TrainJobSeries("team-a", "tj", state=expected)
+    # The cache's view of the object yields the same.
+    assert series_of(trainjob_view(obj)) == series
+
+
+@pytest.mark.parametrize(
+    ("items", "expected"),
+    [
+        (None, ()),
+        ("Complete", ()),
+        ([], ()),
+        ([{"type": "Complete", "status": "True"}], (("Complete", "True"),)),
+        # Not a condition status, not a type, not an object: left out.
+        ([{"type": "Complete", "status": "true"}], ()),
+        ([{"type": "Complete", "status": "Yes"}, {"status": "True"}, "Failed"], ()),
+        ([{"type": "", "status": "True"}, {"type": 7, "status": "True"}], ()),
+        ([{"type": "Complete", "status": True}], ()),
+        # A type the page cannot hold, or longer than any condition type may be.
+        ([{"type": "Com\x1bplete", "status": "True"}, {"type": "x" * 317, "status": "True"}], ()),
+        ([{"type": "x" * 316, "status": "Unknown"}], (("x" * 316, "Unknown"),)),
+        # One type once: the last one held wins, in its place.
+        (
+            [{"type": "A", "status": "True"}, {"type": "B", "status": "True"},
+             {"type": "A", "status": "False"}],
+            (("B", "True"), ("A", "False")),
+        ),
+        # Quoting is the renderer's business: exportable text is kept as it is.
+        ([{"type": 'say "hi"\n', "status": "True"}], (('say "hi"\n', "True"),)),
+    ],
+)  # fmt: skip
+def test_conditions_that_can_be_exported(items: Any, expected: tuple[Any, ...]) -> None:
+    assert conditions_of(items) == expected
+
+
+def test_conditions_beyond_the_crds_limit_are_not_exported() -> None:
+    items = [{"type": f"T{i}", "status": "True"} for i in range(MAX_CONDITIONS + 3)]
+    assert conditions_of(items) == tuple((f"T{i}", "True") for i in range(MAX_CONDITIONS))
+
+
+@pytest.mark.parametrize(
+    ("spec", "info"),
+    [
+        ({}, ("", "")),
+        ({"runtimeRef": "torch"}, ("", "")),
+        ({"runtimeRef": {"name": "torch"}}, ("", "torch")),
+        ({"runtimeRef": {"name": "t\x07rch", "kind": 5}}, ("", "")),
+        ({"runtimeRef": {"name": "t" * 400, "kind": "ClusterTrainingRuntime"}},
+         ("ClusterTrainingRuntime", "")),
+    ],
+)  # fmt: skip
+def test_a_runtime_reference_that_cannot_be_exported_leaves_its_label_empty(
+    spec: dict[str, Any], info: tuple[str, str]
+) -> None:
+    obj = {"metadata": {"namespace": "team-a", "name": "tj"}, "spec": spec}
+    series = series_of(obj)
+    assert series is not None
+    assert series.state == ((INFO, (("runtime_kind", info[0]), ("runtime", info[1]))),)
 
 
 @pytest.mark.parametrize("value", ["42", 42.0, True, None, [42]])
@@ -435,6 +529,10 @@ class _One:
 def reference(series: TrainJobSeries) -> bytes:
     """What prometheus_client renders for the same series."""
     families = {f.name: GaugeMetricFamily(f.name, f.help, labels=f.labels) for f in FAMILIES}
+    by_name = {f.name: f for f in FAMILIES}
+    for family, more in series.state:
+        held = {"namespace": series.namespace, "trainjob": series.trainjob, **dict(more)}
+        families[family].add_metric([held[label] for label in by_name[family].labels], 1.0)
     for family, value in series.core:
         families[family].add_metric([series.namespace, series.trainjob], value)
     for name, value in series.metrics:
@@ -474,6 +572,33 @@ def test_awkward_metric_names_render_as_prometheus_client_renders_them() -> None
     parsed = {f.name: f for f in parse_text(ours(series).decode())}
     assert [s.labels["name"] for s in parsed[METRIC].samples] == AWKWARD_NAMES
     assert [s.value for s in parsed[METRIC].samples] == [i + 0.5 for i in range(len(AWKWARD_NAMES))]
+
+
+def test_state_series_render_as_prometheus_client_renders_them() -> None:
+    obj = {
+        "metadata": {"namespace": "team-a", "name": "job-1"},
+        "spec": {"runtimeRef": {"kind": 'Kind "q"', "name": "C:\\rt\nx"}},
+        "status": {
+            "conditions": [
+                {"type": name, "status": status}
+                for name, status in zip(
+                    AWKWARD_NAMES, ["True", "False", "Unknown"] * 3, strict=False
+                )
+            ],
+            "trainerStatus": {"progressPercentage": 7, "lastUpdatedTime": LUT},
+        },
+    }
+    series = series_of(obj)
+    assert series is not None
+    assert ours(series) == reference(series)
+    parsed = {f.name: f for f in parse_text(ours(series).decode())}
+    assert [s.labels for s in parsed[INFO].samples] == [
+        {"namespace": "team-a", "trainjob": "job-1", "runtime_kind": 'Kind "q"',
+         "runtime": "C:\\rt\nx"}
+    ]  # fmt: skip
+    assert [(s.labels["type"], s.value) for s in parsed[CONDITION].samples] == [
+        (name, 1.0) for name in AWKWARD_NAMES
+    ]
 
 
 @settings(max_examples=200, deadline=None)

@@ -42,6 +42,7 @@ def test_a_trainjob_view_keeps_identity_deletion_and_the_trainer_status() -> Non
     }
     assert trainjob_view(obj) == {
         "metadata": {**KEPT, "deletionTimestamp": DELETING},
+        "spec": {"runtimeRef": {"name": "torch"}},
         "status": {
             "trainerStatus": {
                 "progressPercentage": 5,
@@ -87,9 +88,49 @@ def test_the_writers_view_keeps_what_orders_updates() -> None:
     assert written_view({"metadata": META, "status": {"trainerStatus": {}}}) == {"metadata": KEPT}
 
 
-def test_a_trainjob_without_trainer_status_has_no_status_in_its_view() -> None:
+def test_a_trainjob_without_trainer_status_or_conditions_has_no_status_in_its_view() -> None:
     assert trainjob_view({"metadata": META, "status": {"conditions": []}}) == {"metadata": KEPT}
     assert trainjob_view({"metadata": "garbage"}) == {"metadata": {}}
+    assert trainjob_view({"metadata": META, "status": "garbage"}) == {"metadata": KEPT}
+
+
+def test_a_trainjob_view_keeps_the_runtime_and_the_condition_types_and_statuses() -> None:
+    obj = {
+        "metadata": META,
+        "spec": {
+            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
+                           "name": "torch"},
+            "trainer": {"image": "x", "args": ["a" * 100]},
+        },
+        "status": {
+            "conditions": [
+                {"type": "Created", "status": "True", "reason": "JobsCreationSucceeded",
+                 "message": "m" * 200, "lastTransitionTime": DELETING},
+                {"type": "Complete"},
+                "not a condition",
+                {"type": "Failed", "status": "False"},
+            ],
+            "jobsStatus": [{"name": "node", "ready": 1}],
+        },
+    }  # fmt: skip
+    assert trainjob_view(obj) == {
+        "metadata": KEPT,
+        "spec": {"runtimeRef": {"kind": "TrainingRuntime", "name": "torch"}},
+        "status": {"conditions": (("Created", "True"), ("Failed", "False"))},
+    }
+    # Types and statuses are one copy across TrainJobs.
+    other = trainjob_view(
+        {"metadata": META, "status": {"conditions": [
+            {"type": "".join(["Crea", "ted"]), "status": "".join(["Tr", "ue"])}]}}
+    )  # fmt: skip
+    ((kind, value),) = other["status"]["conditions"]
+    assert kind is obj_first_condition(obj)[0]
+    assert value is obj_first_condition(obj)[1]
+
+
+def obj_first_condition(obj: dict[str, Any]) -> tuple[str, str]:
+    first: tuple[str, str] = trainjob_view(obj)["status"]["conditions"][0]
+    return first
 
 
 def test_a_pod_view_keeps_only_the_labels_asked_for() -> None:
@@ -137,7 +178,7 @@ async def test_the_servers_trainjob_cache_and_writer_hold_views(
             break
         await asyncio.sleep(0.02)
     assert cached == trainjob_view(stored)
-    assert set(cached) == {"metadata", "status"}
+    assert set(cached) == {"metadata", "spec", "status"}
     assert "managedFields" not in cached["metadata"]
     # Once the cache shows the write, the writer no longer keeps its own copy.
     assert server.writer.unseen_writes == 0

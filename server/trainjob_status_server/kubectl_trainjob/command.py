@@ -16,13 +16,13 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from rich.live import Live
 
-from ..kube.cache import WatchCache
-from ..kube.client import KubeClient
+from ..kube.client import KubeClient, ObjectList
 from ..kube.errors import KubeConfigError, KubeError, KubeUnavailable
-from ..kube.resources import TRAINJOBS
+from ..kube.resources import TRAINJOBS, key_of
 from ..kube.store import CacheEvent
+from .follow import Follower
 from .output import View, selected
-from .rows import Row, row_of
+from .rows import SORT_KEYS, Row, row_of, sort_key
 from .terminal import printable
 
 REFRESH_SECONDS = 1.0  # a terminal table redraws this often so the ages move on
@@ -93,72 +93,82 @@ def _incluster_namespace() -> str:
 async def progress(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     configuration, context_namespace = await load_user_config(args.kubeconfig_file, args.context)
     namespace = None if args.all_namespaces else (args.namespace or context_namespace)
-    view = View(args, out, time.time)
+    view = View(args, out, time.time, err)
     async with UserKubeClient(configuration) as client:
-        # With -w too: a refusal (RBAC, no such resource) ends the command at once with
-        # the API's message, where the watch cache would only retry.
-        listed = await client.list(TRAINJOBS, namespace=namespace)
-        rows = selected((row_of(obj) for obj in listed.items), args.names)
+        # With -w too: a refusal (RBAC, no such resource, a bad selector) ends the
+        # command at once with the API's message; later failures are retried.
+        listed = await client.list(TRAINJOBS, namespace=namespace, label_selector=args.selector)
         if not args.watch:
+            rows = selected((row_of(obj) for obj in listed.items), args.names)
             if not rows and view.output is None:
                 where = "" if namespace is None else f" in {namespace} namespace"
                 err.write(printable(f"No resources found{where}.") + "\n")
                 return 0
             view.snapshot(rows)
             return 0
-        await watch(client, namespace, args.names, view)
+        await watch(client, namespace, args.selector, listed, args.names, view)
     return 0
 
 
 async def watch(
-    client: KubeClient, namespace: str | None, names: Sequence[str], view: View
+    client: KubeClient,
+    namespace: str | None,
+    selector: str | None,
+    listed: ObjectList,
+    names: Sequence[str],
+    view: View,
 ) -> None:
-    """Follow the TrainJobs until interrupted; redraw (or print events) on each change."""
-    cache = WatchCache(client, TRAINJOBS, namespace=namespace)
+    """Follow the TrainJobs from ``listed`` until interrupted; redraw (or print events)
+    on each change, rows marked stale while the API server does not answer."""
     pending: list[CacheEvent] = []
     changed = asyncio.Event()
 
-    def heard(event: CacheEvent) -> None:
-        if not names or event.key[1] in names:
-            pending.append(event)
+    def heard(events: Sequence[CacheEvent]) -> None:
+        pending.extend(e for e in events if not names or e.key[1] in names)
+        # No events: the rows' health changed, which the table shows too.
+        if pending or not events:
             changed.set()
 
-    cache.add_listener(heard)
-    await cache.start()
+    def rows() -> list[Row]:
+        return selected(map(row_of, follower.objects()), names)
+
+    follower = Follower(client, namespace, selector, on_change=heard, on_message=view.message)
+    follower.load(listed)
     live = Live(console=view.console, auto_refresh=False) if view.interactive else None
+    task = asyncio.create_task(follower.run(), name="kubectl-trainjob-watch")
+    # The follower ends only by raising: wake the loop below to raise it here.
+    task.add_done_callback(lambda _: changed.set())
     try:
         with live if live is not None else contextlib.nullcontext():
             view.live = live
-            await cache.wait_synced()
-
-            def rows() -> list[Row]:
-                return selected(map(row_of, cache.list()), names)
-
-            # The first list arrives as one ADDED event per TrainJob: one table (or
-            # one document each), then changes only.
-            initial = _drain(pending)
-            changed.clear()
+            # One table (or one document per TrainJob) for what the list found, then
+            # changes only.
             if view.output is None:
                 view.snapshot(rows())
             else:
-                for event in initial:
-                    _print_event(view, event)
+                for obj in follower.objects():
+                    _print_event(view, CacheEvent("ADDED", key_of(obj), None, obj), names)
             while True:
                 timeout = REFRESH_SECONDS if live is not None else None
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(timeout):
                         await changed.wait()
+                if task.done():
+                    task.result()
+                redraw = changed.is_set()
                 changed.clear()
                 events = _drain(pending)
                 if view.output is None:
-                    if events or live is not None:
-                        view.snapshot(rows())
+                    if redraw or live is not None:
+                        view.snapshot(rows(), stale=follower.health.stale)
                 else:
                     for event in events:
-                        _print_event(view, event)
+                        _print_event(view, event, names)
     finally:
         view.live = None
-        await cache.stop()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _drain(pending: list[CacheEvent]) -> list[CacheEvent]:
@@ -167,9 +177,9 @@ def _drain(pending: list[CacheEvent]) -> list[CacheEvent]:
     return events
 
 
-def _print_event(view: View, event: CacheEvent) -> None:
+def _print_event(view: View, event: CacheEvent, names: Sequence[str] = ()) -> None:
     obj = event.new if event.new is not None else event.old
-    if obj is not None:
+    if obj is not None and (not names or event.key[1] in names):
         view.event(event.type, row_of(obj))
 
 
@@ -183,9 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
         "progress",
         help="progress, ETA, last update and metrics of TrainJobs",
         description=(
-            "Show each TrainJob's status.trainerStatus: a progress bar, the estimated time "
-            "remaining, how long ago its trainer last reported, and the metrics chosen with "
-            "--metric. TrainJobs that have not reported show '-'."
+            "Show each TrainJob's state (the condition its controller set: Failed, "
+            "Complete, Suspended or Created) and status.trainerStatus: a progress bar, the "
+            "estimated time remaining, how long ago its trainer last reported, and its "
+            "metrics (the first few reported, or those chosen with --metric). TrainJobs "
+            "that have not reported show '-'. With -w, a lost API server is reported on "
+            "stderr, the rows are marked '(stale)' until it answers again, and the watch "
+            "resumes by itself."
         ),
     )
     cmd.add_argument("names", nargs="*", metavar="NAME", help="only these TrainJobs")
@@ -200,20 +214,49 @@ def build_parser() -> argparse.ArgumentParser:
         "-w", "--watch", action="store_true", help="keep watching; redraw on every change"
     )
     cmd.add_argument(
+        "-l",
+        "--selector",
+        metavar="SELECTOR",
+        help="label selector, as kubectl takes it (e.g. team=a,tier!=dev)",
+    )
+    cmd.add_argument(
         "--metric",
         action="append",
         metavar="NAME",
-        help="a metric to show as a column (repeat, or separate with commas)",
+        help=(
+            "a metric to show as a column (repeat, or separate with commas); default: "
+            "the first 3 reported (every one with -o wide)"
+        ),
+    )
+    cmd.add_argument(
+        "--sort-by",
+        type=_sort_key,
+        default="name",
+        metavar="KEY",
+        help=(
+            f"order rows by {', '.join(SORT_KEYS)} or metric:NAME (rows without it last; "
+            "default: namespace and name)"
+        ),
     )
     cmd.add_argument(
         "-o",
         "--output",
-        choices=("json", "yaml"),
-        help="print JSON or YAML instead of the table (with -w: one document per change)",
+        choices=("wide", "json", "yaml"),
+        help=(
+            "wide: the table with the runtime and every metric; json, yaml: documents "
+            "instead of the table (with -w: one per change)"
+        ),
     )
     cmd.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG, ~/.kube/config)")
     cmd.add_argument("--context", help="kubeconfig context (default: the current context)")
     return parser
+
+
+def _sort_key(value: str) -> str:
+    try:
+        return sort_key(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--sort-by: ")) from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,10 +11,16 @@ from rich.table import Table
 from rich.text import Text
 
 from ..kube.resources import Obj, key_of
-from ..series import parse_time
+from ..series import parse_number, parse_time
 from .terminal import printable
 
 BAR_WIDTH = 20
+DEFAULT_METRICS = 3
+"""Metric columns shown when none are chosen (``-o wide``: all of them)."""
+# The conditions that say what became of a TrainJob, the most telling first.
+STATES = ("Failed", "Complete", "Suspended", "Created")
+SORT_KEYS = ("name", "state", "runtime", "progress", "eta", "updated")
+METRIC_SORT = "metric:"
 
 
 @dataclass(frozen=True)
@@ -27,6 +33,8 @@ class Row:
     eta_seconds: int | None = None
     last_updated: str | None = None
     metrics: tuple[tuple[str, str], ...] = ()
+    state: str | None = None
+    runtime: str | None = None
 
     def metric(self, name: str) -> str | None:
         """The last value reported under ``name``."""
@@ -40,9 +48,14 @@ class Row:
 def row_of(trainjob: Obj) -> Row:
     namespace, name = key_of(trainjob)
     status = trainjob.get("status")
+    state = state_of(status.get("conditions") if isinstance(status, dict) else None)
+    spec = trainjob.get("spec")
+    ref = spec.get("runtimeRef") if isinstance(spec, dict) else None
+    runtime = ref.get("name") if isinstance(ref, dict) else None
+    runtime = runtime if isinstance(runtime, str) else None
     trainer = status.get("trainerStatus") if isinstance(status, dict) else None
     if not isinstance(trainer, dict):
-        return Row(namespace, name)
+        return Row(namespace, name, state=state, runtime=runtime)
     items = trainer.get("metrics")
     metrics = tuple(
         (str(item.get("name")), str(item.get("value")))
@@ -57,7 +70,21 @@ def row_of(trainjob: Obj) -> Row:
         eta_seconds=_integer(trainer.get("estimatedRemainingSeconds")),
         last_updated=stamp if isinstance(stamp, str) else None,
         metrics=metrics,
+        state=state,
+        runtime=runtime,
     )
+
+
+def state_of(conditions: Any) -> str | None:
+    """The state the TrainJob's controller set: the most telling condition of ``STATES``
+    whose status is True (Failed before Complete before Suspended before Created);
+    None before it set any."""
+    held = {
+        item.get("type")
+        for item in (conditions if isinstance(conditions, list) else [])
+        if isinstance(item, dict) and item.get("status") == "True"
+    }
+    return next((state for state in STATES if state in held), None)
 
 
 def human_duration(seconds: float) -> str:
@@ -115,8 +142,9 @@ def updated_text(row: Row, now: float) -> str:
 
 
 def document(row: Row, metrics: Sequence[str] = ()) -> dict[str, Any]:
-    """A row for ``-o json|yaml``: the trainerStatus fields as stored; ``metrics`` as
-    reported, or only the chosen ones when ``metrics`` names some."""
+    """A row for ``-o json|yaml``: the state and runtime name, the trainerStatus fields
+    as stored; ``metrics`` as reported, or only the chosen ones when ``metrics`` names
+    some."""
     chosen = [
         {"name": name, "value": value}
         for name, value in row.metrics
@@ -125,6 +153,8 @@ def document(row: Row, metrics: Sequence[str] = ()) -> dict[str, Any]:
     return {
         "namespace": row.namespace,
         "name": row.name,
+        "state": row.state,
+        "runtime": row.runtime,
         "progressPercentage": row.progress,
         "estimatedRemainingSeconds": row.eta_seconds,
         "lastUpdatedTime": row.last_updated,
@@ -133,29 +163,106 @@ def document(row: Row, metrics: Sequence[str] = ()) -> dict[str, Any]:
 
 
 def table(
-    rows: Iterable[Row], *, metrics: Sequence[str], all_namespaces: bool, now: float
+    rows: Iterable[Row],
+    *,
+    metrics: Sequence[str],
+    all_namespaces: bool,
+    now: float,
+    wide: bool = False,
+    stale: bool = False,
+    sort_by: str = "name",
 ) -> Table:
-    """The progress table (kubectl's layout: no borders, upper-case headers).
+    """The progress table (kubectl's layout: no borders, upper-case headers); with
+    ``wide`` a RUNTIME column too; ``stale`` marks every row's STATE (the rows are what
+    the API server said last, not what it holds now).
 
     Every cell and header is a ``Text`` of ``printable`` text: the strings come from the
     cluster (and the command line), and Rich would read a plain string as markup.
     """
     out = Table(box=None, pad_edge=False, padding=(0, 3, 0, 0), header_style="bold")
-    headers = [*(["NAMESPACE"] if all_namespaces else []), "NAME", "PROGRESS", "ETA", "UPDATED"]
+    headers = [*(["NAMESPACE"] if all_namespaces else []), "NAME", "STATE", "PROGRESS", "ETA"]
+    headers += ["UPDATED", *(["RUNTIME"] if wide else [])]
     for header in [*headers, *metrics]:
         out.add_column(_cell(header), no_wrap=True)
-    for row in sorted(rows, key=lambda r: (r.namespace, r.name)):
+    for row in sorted_rows(rows, sort_by):
         cells = [_cell(row.namespace)] if all_namespaces else []
         bar = progress_bar(row.progress)
         cells += [
             _cell(row.name),
+            _cell(state_text(row, stale)),
             Text(bar, style="green" if row.progress == 100 else "cyan"),
             _cell(eta_text(row)),
             _cell(updated_text(row, now)),
         ]
+        if wide:
+            cells.append(_cell(row.runtime or "-"))
         cells += [_cell(row.metric(name) or "-") for name in metrics]
         out.add_row(*cells)
     return out
+
+
+def state_text(row: Row, stale: bool) -> str:
+    """``Created``, ``-`` before the controller set a state; ``Created (stale)`` while the
+    rows are not current."""
+    shown = row.state or "-"
+    return f"{shown} (stale)" if stale else shown
+
+
+def shown_metrics(rows: Iterable[Row], chosen: Sequence[str], wide: bool) -> list[str]:
+    """The metric columns: the chosen ones; else the names reported, in the order they
+    first appear (rows by namespace and name), the first ``DEFAULT_METRICS`` of them
+    unless ``wide``."""
+    if chosen:
+        return list(chosen)
+    names: dict[str, None] = {}
+    for row in sorted_rows(rows):
+        for name, _ in row.metrics:
+            names.setdefault(name, None)
+    found = list(names)
+    return found if wide else found[:DEFAULT_METRICS]
+
+
+def sort_key(value: str) -> str:
+    """``--sort-by``'s argument checked: a column of ``SORT_KEYS`` or ``metric:NAME``."""
+    if value in SORT_KEYS or (value.startswith(METRIC_SORT) and len(value) > len(METRIC_SORT)):
+        return value
+    choices = ", ".join(SORT_KEYS)
+    raise ValueError(f"--sort-by: {value!r} is none of {choices} or metric:NAME")
+
+
+def sorted_rows(rows: Iterable[Row], by: str = "name") -> list[Row]:
+    """Rows by namespace and name, or by ``by`` first (see ``sort_key``): rows without
+    that figure come last; a metric sorts as a number when every value shown is one."""
+    by_name = sorted(rows, key=lambda r: (r.namespace, r.name))
+    if by == "name":
+        return by_name
+    values = [_sort_value(row, by) for row in by_name]
+    shown = [i for i, value in enumerate(values) if value is not None]
+    if all(isinstance(values[i], float) for i in shown):
+        shown.sort(key=lambda i: float(values[i] or 0.0))
+    else:
+        shown.sort(key=lambda i: str(values[i]))
+    missing = [i for i, value in enumerate(values) if value is None]
+    # A stable sort: rows that tie stay in namespace and name order.
+    return [by_name[i] for i in [*shown, *missing]]
+
+
+def _sort_value(row: Row, by: str) -> str | float | None:
+    if by == "state":
+        return row.state
+    if by == "runtime":
+        return row.runtime
+    if by == "progress":
+        return None if row.progress is None else float(row.progress)
+    if by == "eta":
+        return None if row.eta_seconds is None else float(row.eta_seconds)
+    if by == "updated":
+        return None if row.last_updated is None else parse_time(row.last_updated)
+    value = row.metric(by.removeprefix(METRIC_SORT))
+    if value is None:
+        return None
+    number = parse_number(value)
+    return value if number is None else number
 
 
 def _cell(text: str) -> Text:
