@@ -309,10 +309,10 @@ async def test_nothing_a_client_without_a_valid_token_sends_reaches_the_api(
         other = mint(
             cluster, aud="trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs/x/status"
         )
-        # Start-up done: both watches open, the JobSet list (no such CRD here) refused.
+        # Start-up done: the TrainJob, pod and JobSet watches open.
         steps = rig.server.jobset_steps
         assert steps is not None
-        await until(lambda: cluster.faults.count("watch") >= 2 and steps.jobsets.unavailable)
+        await until(lambda: cluster.faults.count("watch") >= 3 and steps.jobsets.synced.is_set())
         # Every request the cluster serves from now on (open watches aside) is counted.
         seen = cluster.faults.stall(0.0, times=None, path=".*")
         posts = {
@@ -346,14 +346,17 @@ async def test_nothing_a_client_without_a_valid_token_sends_reaches_the_api(
 
 
 async def test_the_jobset_cache_size_is_exported(
-    server: StatusServer, session: aiohttp.ClientSession
+    devcluster: DevCluster, server: StatusServer, session: aiohttp.ClientSession
 ) -> None:
     steps = server.jobset_steps
     assert steps is not None
-    await until(lambda: steps.jobsets.unavailable)  # the devcluster serves no JobSets
+    devcluster.ensure_namespace(NS)
+    jobset = {"metadata": {"name": "js"}, "spec": {"replicatedJobs": [{"name": "node"}]}}
+    devcluster.create("jobsets", jobset, NS, "jobset.x-k8s.io")
+    await until(lambda: len(steps.jobsets) == 1)
     async with session.get(server.metrics_url + "/metrics") as response:
         text = await response.text()
-    assert 'trainjob_status_cache_objects{resource="jobsets"} 0.0' in text.splitlines()
+    assert 'trainjob_status_cache_objects{resource="jobsets"} 1.0' in text.splitlines()
 
 
 async def test_a_forged_token_naming_no_live_pod_costs_no_review(

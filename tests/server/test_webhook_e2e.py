@@ -244,9 +244,10 @@ async def test_a_token_for_another_trainjob_cannot_use_the_injected_url(chain: C
 async def test_the_wired_server_bootstraps_distributes_and_injects(
     devcluster: DevCluster, config: Config, tmp_path: Path
 ) -> None:
-    """The same chain through StatusServer as app.py wires it (no stand-in: the
-    devcluster serves neither JobSets nor webhook configurations, so the pod carries the
-    step label itself and the caBundle has nowhere to go)."""
+    """The same chain through StatusServer as app.py wires it, with no stand-in: the pod
+    carries the step label itself (no JobSet made it) and no webhook configuration is
+    installed, so the caBundle has nowhere to go (tests/deploy/test_rehearsal.py runs the
+    chain with the manifests' configuration)."""
     devcluster.ensure_namespace(HERE)
     devcluster.create_trainjob(NS, TJ)
     devcluster.create("serviceaccounts", {"metadata": {"name": "trainer"}}, NS)
