@@ -371,6 +371,7 @@ def child(framework: str, reporting: str, steps: int, smoke: bool) -> None:
             result = run_lightning(reporting, steps, smoke)
         else:
             result = run_client(steps)
+    result["returned_at"] = time.time()
     waits = None
     if reporting == "ours":
         from trainjob_status import default_reporter
@@ -378,9 +379,8 @@ def child(framework: str, reporting: str, steps: int, smoke: bool) -> None:
         reporter = default_reporter()
         if reporter is not None:
             reporter.close()  # as a careful script does; the exit hook then has nothing to do
-            waits = reporter.stats.waits
+            waits = getattr(reporter.stats, "waits", None)  # older clients do not count
     result["waits"] = waits
-    result["returned_at"] = time.time()
     print("RESULT " + json.dumps(result), flush=True)
 
 
