@@ -42,8 +42,10 @@ def outside_a_trainjob(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def in_a_pod(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str]) -> None:
-    """The variables the injector sets: transformers reads them from os.environ."""
-    monkeypatch.delenv("DISABLE_KUBEFLOW_INTEGRATION", raising=False)
+    """The variables the injector sets: transformers reads them from os.environ (and a
+    launcher's rank variables would silence our reporter)."""
+    for name in ("DISABLE_KUBEFLOW_INTEGRATION", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
 
