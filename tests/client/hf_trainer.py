@@ -5,7 +5,8 @@ real ``CallbackHandler`` from the same lists as ``Trainer.__init__`` (``DefaultF
 the integrations that ``TrainingArguments.report_to`` names, including the built-in
 ``KubeflowCallback`` when ``KUBEFLOW_TRAINER_SERVER_URL`` is set, then the caller's), keeps
 a real ``TrainerState`` and ``TrainerControl``, and calls the handler's events in the
-order of ``Trainer.train``. Logging follows ``Trainer``: a log when ``DefaultFlowCallback``
+order of ``Trainer.train`` (the optimizer-step events, which no Kubeflow callback uses,
+left out). Logging follows ``Trainer``: a log when ``DefaultFlowCallback``
 asks for one, ``epoch`` added as ``Trainer.log`` does, and the final speed metrics,
 ``total_flos`` and ``train_loss`` before train end. Also imported by a subprocess that
 runs against the oldest supported transformers.
