@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from trainjob_status import update_trainjob_status
+from trainjob_status import StatusReporter, update_trainjob_status
 
 from .conftest import MakeReporter
 from .sink import Reply, Sink
@@ -85,40 +85,48 @@ def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def opened(make_reporter: MakeReporter, clock: OffsetClock) -> StatusReporter:
+    """A reporter whose first update was delivered: its hour-long throttle window is shut,
+    so the next update leaves only when a flush, already waiting, lets it."""
+    reporter = make_reporter(flush_timeout=3600, min_interval=3600, monotonic=clock)
+    reporter.report(0)
+    assert reporter.flush() is True
+    return reporter
+
+
 def test_close_after_a_flush_that_timed_out_does_not_wait_again(
     sink: Sink, make_reporter: MakeReporter
 ) -> None:
     clock = OffsetClock()
+    reporter = opened(make_reporter, clock)
 
     def late() -> None:
         clock.offset += 3600  # the answer takes an hour, for the reporter
 
     sink.replies.append(Reply(503, headers={"Retry-After": "60"}, action=late))
-    reporter = make_reporter(flush_timeout=3600, monotonic=clock)
     reporter.report(100)
     assert reporter.flush() is False  # the train-end flush spends the whole hour
+    waits = reporter.stats.waits
     closing = threading.Thread(target=reporter.close)
     closing.start()
     closing.join(30)  # a second wait would last until the retry, a minute later
     assert not closing.is_alive()
-    assert reporter.stats.waits == 1
-    assert len(sink.requests) == 1  # closed before the retry
+    assert reporter.stats.waits == waits
+    assert len(sink.requests) == 2  # closed before the retry
 
 
 def test_a_delivery_restores_the_wait_for_a_later_flush(
     sink: Sink, make_reporter: MakeReporter
 ) -> None:
     clock = OffsetClock()
+    reporter = opened(make_reporter, clock)
     sink.replies.append(Reply(503, action=lambda: setattr(clock, "offset", 3600.0)))
-    # The throttle window holds the last update until the flush: that flush must wait.
-    reporter = make_reporter(flush_timeout=3600, min_interval=3600, monotonic=clock)
     reporter.report(99)
     assert reporter.flush() is False  # spent: the 503 came an hour late
-    until(lambda: reporter.stats.delivered == 1)  # the retry: the server answers again
-    reporter.report(100)
+    until(lambda: reporter.stats.delivered == 2)  # the retry: the server answers again
+    reporter.report(100)  # the window is shut again: only the flush sends it
     assert reporter.flush() is True
-    assert reporter.stats.waits == 2
-    assert [r.status["progressPercentage"] for r in sink.requests] == [99, 99, 100]
+    assert [r.status["progressPercentage"] for r in sink.requests] == [0, 99, 99, 100]
 
 
 def test_train_end_flush_and_the_exit_flush_wait_once_in_all(sink: Sink) -> None:
