@@ -15,7 +15,9 @@ happens next from the answer:
 At most one request starts per ``min_interval``; the newest pending update goes out when
 the window opens (trailing edge). ``flush`` sends what is pending without waiting for the
 window, bounded by a timeout, and so does an ``atexit`` hook: the last update of a
-process that exits is delivered unless the server cannot take it in time.
+process that exits is delivered unless the server cannot take it in time. Those waits
+(train end, ``close``, the exit hook) share one flush timeout (``WaitBudget``): a server
+that does not answer holds the process once, not once per wait.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from . import environment, payload
+from .budget import WaitBudget
 from .credentials import CAFile, TokenFile
 from .logs import RateLimitedLog
 from .pacing import Pacer, parse_retry_after
@@ -52,6 +55,7 @@ class Stats:
     delivered: int = 0
     dropped: int = 0
     retries: int = 0
+    waits: int = 0  # flushes (``close`` and the exit hook included) that blocked
 
 
 class StatusReporter:
@@ -62,7 +66,10 @@ class StatusReporter:
     ``WORLD_SIZE`` is set; then a process whose global rank is not 0 reports nothing.
     ``min_interval`` spaces requests (seconds), ``timeout`` bounds each socket operation,
     ``flush_timeout`` is the default bound of ``flush``, ``close`` and the exit flush.
-    ``environ`` and ``clock`` (Unix seconds) replace ``os.environ`` and ``time.time``.
+    ``flush``, ``close`` and the exit flush share that one bound while the server
+    delivers nothing: the time one of them waited in vain is not waited again.
+    ``environ``, ``clock`` (Unix seconds) and ``monotonic`` replace ``os.environ``,
+    ``time.time`` and ``time.monotonic``.
 
     Safe from any thread; nothing it does raises into the caller. Use it as a context
     manager or call ``close()``; otherwise it flushes at interpreter exit.
@@ -80,6 +87,7 @@ class StatusReporter:
         flush_timeout: float = 5.0,
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = environment.resolve(
             os.environ if environ is None else environ, url, token_path, ca_path, only_rank_zero
@@ -89,6 +97,7 @@ class StatusReporter:
         self.flush_timeout = flush_timeout
         self.stats = Stats()
         self._clock = clock
+        self._monotonic = monotonic
         self._log = RateLimitedLog()
         self._tokens = TokenFile(self.settings.token_path, clock)
         self._pacer = Pacer(min_interval)
@@ -126,6 +135,7 @@ class StatusReporter:
         self._idle = False
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._budget = WaitBudget()
 
     @property
     def enabled(self) -> bool:
@@ -180,10 +190,12 @@ class StatusReporter:
 
     def flush(self, timeout: float | None = None) -> bool:
         """Send what is pending now (not waiting for the throttle window) and wait for it,
-        at most ``timeout`` seconds (default ``flush_timeout``). True when every update
-        taken so far was delivered (an update replaced by a newer one counts as the
-        newer one); vacuously True when none was taken."""
-        deadline = time.monotonic() + (self.flush_timeout if timeout is None else timeout)
+        at most ``timeout`` seconds (default ``flush_timeout``) and at most what is left
+        of the shared wait budget. True when every update taken so far was delivered (an
+        update replaced by a newer one counts as the newer one); vacuously True when none
+        was taken. A wait that ends without delivery spends the budget; a delivery
+        restores it."""
+        wanted = self.flush_timeout if timeout is None else timeout
         with self._cond:
             target = self._taken
             if self._settled >= target:
@@ -191,10 +203,13 @@ class StatusReporter:
             if self._thread is None or self._closed:
                 return False
             self._flushing += 1
-            self._cond.notify_all()
+            self._cond.notify_all()  # the sender may post now, window or not
+            started = self._monotonic()
+            deadline = started + self._budget.allowance(wanted, self.flush_timeout)
+            waited = False
             try:
                 while self._settled < target:
-                    remaining = deadline - time.monotonic()
+                    remaining = deadline - self._monotonic()
                     if remaining <= 0 or self._closed:
                         return False
                     if (
@@ -203,14 +218,20 @@ class StatusReporter:
                         and self._pacer.retry_at > deadline
                     ):
                         return False  # the server asked for more time than we have
+                    if not waited:
+                        waited = True
+                        self.stats.waits += 1
                     self._cond.wait(remaining)
                 return self._delivered >= target
             finally:
                 self._flushing -= 1
+                if self._delivered < target:
+                    self._budget.spend(self._monotonic() - started)
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush (bounded by ``timeout``, default ``flush_timeout``), then stop sending.
-        Later reports return False. Idempotent."""
+        """Flush (bounded by ``timeout``, default ``flush_timeout``, and by what earlier
+        waits left of the shared budget), then stop sending. Later reports return False.
+        Idempotent."""
         if self._closed:
             return
         try:
@@ -281,7 +302,7 @@ class StatusReporter:
         wake it: each wake-up takes the GIL from the training loop, so there is one per
         post, not one per post plus one for the first report after it."""
         while not self._closed:
-            now = time.monotonic()
+            now = self._monotonic()
             wait = self._pacer.ready_at(flushing=self._flushing > 0) - now
             if wait > 0:
                 self._cond.wait(wait)
@@ -351,11 +372,12 @@ class StatusReporter:
             self.stats.posts += 1
             if ok:
                 self._pacer.succeeded()
+                self._budget.restore()
                 self._delivered = max(self._delivered, seq)
                 self._settled = max(self._settled, seq)
                 self.stats.delivered += 1
             elif retry:
-                self._pacer.failed(time.monotonic(), retry_after)
+                self._pacer.failed(self._monotonic(), retry_after)
                 if self._pending is None:  # else newer data replaces this update
                     self._pending, self._pending_seq = taken, seq
                 self.stats.retries += 1

@@ -1,6 +1,8 @@
 """Stand-ins for the parts of Transformers and Lightning the callbacks touch, built from
-their documented interfaces (neither framework is installed in CI: Lightning pulls in
-torch, ~3 GB with its CUDA wheels; Transformers' Trainer needs torch too).
+their documented interfaces. Lightning is not installed in CI (it pulls in torch, ~3 GB
+with its CUDA wheels); transformers is, without torch, and ``test_transformers_real.py``
+drives its real callback classes; the Transformers stand-in here keeps the clock-driven
+progress and ETA checks independent of any transformers version.
 
 Transformers: ``TrainerState`` fields, ``TrainingArguments.report_to``, a
 ``CallbackHandler`` that calls ``on_<event>(args, state, control, **kwargs)`` on each

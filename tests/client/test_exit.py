@@ -7,12 +7,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 
 import pytest
 
-from trainjob_status import update_trainjob_status
+from trainjob_status import StatusReporter, update_trainjob_status
 
-from .sink import Sink
+from .conftest import MakeReporter
+from .sink import Reply, Sink
 
 
 def run(
@@ -60,6 +64,86 @@ def test_exit_with_a_stalled_server_returns_within_the_flush_timeout(sink: Sink)
         done = run(code, pod_environ(sink), timeout=60)
         assert done.returncode == 0, done.stderr
         assert not sink.gate.is_set()
+        assert sink.answered == 0
+
+
+class OffsetClock:
+    """time.monotonic() plus an offset the test (or the sink, while answering) moves."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+
+def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Polls what the reporter offers no event for."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met"
+        time.sleep(0.01)
+
+
+def opened(make_reporter: MakeReporter, clock: OffsetClock) -> StatusReporter:
+    """A reporter whose first update was delivered: its hour-long throttle window is shut,
+    so the next update leaves only when a flush, already waiting, lets it."""
+    reporter = make_reporter(flush_timeout=3600, min_interval=3600, monotonic=clock)
+    reporter.report(0)
+    assert reporter.flush() is True
+    return reporter
+
+
+def test_close_after_a_flush_that_timed_out_does_not_wait_again(
+    sink: Sink, make_reporter: MakeReporter
+) -> None:
+    clock = OffsetClock()
+    reporter = opened(make_reporter, clock)
+
+    def late() -> None:
+        clock.offset += 3600  # the answer takes an hour, for the reporter
+
+    sink.replies.append(Reply(503, headers={"Retry-After": "60"}, action=late))
+    reporter.report(100)
+    assert reporter.flush() is False  # the train-end flush spends the whole hour
+    waits = reporter.stats.waits
+    closing = threading.Thread(target=reporter.close)
+    closing.start()
+    closing.join(30)  # a second wait would last until the retry, a minute later
+    assert not closing.is_alive()
+    assert reporter.stats.waits == waits
+    assert len(sink.requests) == 2  # closed before the retry
+
+
+def test_a_delivery_restores_the_wait_for_a_later_flush(
+    sink: Sink, make_reporter: MakeReporter
+) -> None:
+    clock = OffsetClock()
+    reporter = opened(make_reporter, clock)
+    sink.replies.append(Reply(503, action=lambda: setattr(clock, "offset", 3600.0)))
+    reporter.report(99)
+    assert reporter.flush() is False  # spent: the 503 came an hour late
+    until(lambda: reporter.stats.delivered == 2)  # the retry: the server answers again
+    reporter.report(100)  # the window is shut again: only the flush sends it
+    assert reporter.flush() is True
+    assert [r.status["progressPercentage"] for r in sink.requests] == [0, 99, 99, 100]
+
+
+def test_train_end_flush_and_the_exit_flush_wait_once_in_all(sink: Sink) -> None:
+    code = (
+        "import atexit\n"
+        "from trainjob_status import StatusReporter\n"
+        "reporter = StatusReporter(timeout=600, flush_timeout=0.5)\n"
+        # Registered first, so it runs after the reporter's exit flush.
+        "atexit.register(lambda: print('waits', reporter.stats.waits, 'posts', reporter.stats.posts))\n"
+        "reporter.report(100)\n"
+        "assert reporter.flush() is False\n"
+    )
+    with sink.stalled():
+        done = run(code, pod_environ(sink), timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["waits", "1", "posts", "0"]
+        assert len(sink.requests) == 1  # one connection, one request, held
         assert sink.answered == 0
 
 

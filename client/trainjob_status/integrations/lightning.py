@@ -44,7 +44,8 @@ class TrainJobStatusCallback(_Base):
     ``step``, ``epoch``, ``total_steps`` and the scalar ``callback_metrics``, read at
     epoch and validation end and otherwise at most once per ``metrics_interval`` seconds
     (reading a GPU tensor waits for the device; default: the reporter's
-    ``min_interval``). Train end and an exception flush, bounded by ``flush_timeout``.
+    ``min_interval``). Train end and an exception flush, bounded by ``flush_timeout`` and
+    by the reporter's one wait for exit (docs/client.md).
     """
 
     def __init__(

@@ -53,7 +53,8 @@ class TrainJobStatusCallback(_Base):
     0), the ETA comes from the step rate since train begin, metrics are ``step``,
     ``epoch``, ``total_steps`` and every numeric value logged (``loss``,
     ``learning_rate``, ``grad_norm``, ``eval_*`` ...). Train end flushes, bounded by
-    ``flush_timeout`` (default: the reporter's). ``reporter`` defaults to the shared one.
+    ``flush_timeout`` (default: the reporter's) and by the reporter's one wait for exit
+    (docs/client.md). ``reporter`` defaults to the shared one.
     """
 
     def __init__(
