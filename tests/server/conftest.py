@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 from collections.abc import AsyncIterator
@@ -138,3 +139,18 @@ async def direct_poster(config: Config, certs: ServingCerts) -> AsyncIterator[Po
         connector = aiohttp.TCPConnector(ssl=certs.client_context())
         async with aiohttp.ClientSession(connector=connector) as session:
             yield Poster(running, session)
+
+
+async def settled(server: StatusServer, within: float = 10.0) -> None:
+    """Until every cache the server started has loaded its first list (or, for an
+    optional resource the cluster does not serve, given up on it): from then on the
+    server lists nothing more, and a test may count the requests something else costs."""
+
+    def done() -> bool:
+        steps = server.jobset_steps
+        jobsets = steps is None or steps.jobsets.synced.is_set() or steps.jobsets.unavailable
+        return server.trainjobs.synced.is_set() and jobsets
+
+    async with asyncio.timeout(within):
+        while not done():
+            await asyncio.sleep(0.01)

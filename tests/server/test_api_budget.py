@@ -28,7 +28,7 @@ from trainjob_status_server.kube.errors import KubeBudgetExhausted, KubeUnavaila
 from trainjob_status_server.kube.ratelimit import TokenBucket
 from trainjob_status_server.webhook import INJECT_PATH
 
-from .conftest import GROUP, NS, ServingCerts, status_path, with_changes
+from .conftest import GROUP, NS, ServingCerts, settled, status_path, with_changes
 from .test_auth_support import FakeClock, add_pod, claims_of, mint, tampered, unsigned, until
 from .test_auth_support import running as running_with_tokens
 from .test_webhook_support import ANCESTOR, pod, review
@@ -155,7 +155,7 @@ async def test_a_flood_of_admissions_naming_unknown_jobs_costs_no_request_and_de
     # The peer's budget and less: a handful of lookups would hold the write back.
     tight = with_changes(config, kube_api_qps=1.0, kube_api_burst=1)
     async with StatusServer(tight, AcceptAll()) as server:
-        await server.trainjobs.wait_synced()
+        await settled(server)
         before = {verb: devcluster.faults.count(verb) for verb in ("get", "list", "create")}
         unknown = injections(injection.UNKNOWN_TRAINJOB)
 

@@ -30,7 +30,7 @@ from trainjob_status_server.config import Config
 from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.kube.client import KubeClient
 
-from .conftest import GROUP, ServingCerts, status_path
+from .conftest import GROUP, ServingCerts, settled, status_path
 
 NS = "team-a"
 TJ = "tj"
@@ -274,7 +274,7 @@ async def running(
                 async with asyncio.timeout(10):
                     await auth.wait_ready()
         async with StatusServer(config, auth) as server:
-            await server.trainjobs.synced.wait()
+            await settled(server)
             if server_budgets and wait_ready:
                 async with asyncio.timeout(10):
                     await auth.wait_ready()
