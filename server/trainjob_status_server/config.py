@@ -238,7 +238,8 @@ _FLAGS = (
     _Flag(
         "kube_auth_qps",
         float,
-        "Kubernetes API requests per second for token checks (TokenReview, JWKS, pod look-ups)",
+        "Kubernetes API requests per second for token checks (TokenReview, JWKS, pod look-ups,"
+        " and the metrics port's reviews with --metrics-secure)",
     ),
     _Flag("kube_auth_burst", int, "burst of the token-check API budget"),
     _Flag(

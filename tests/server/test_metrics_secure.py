@@ -237,3 +237,25 @@ def test_secure_metrics_needs_the_serving_certificate(config: Config) -> None:
     assert with_changes(config, metrics_auth_cache_ttl=-1.0).check() == [
         "--metrics-auth-cache-ttl must be >= 0"
     ]
+
+
+async def test_reviews_spend_the_token_check_budget_and_stop_at_it(
+    config: Config, certs: ServingCerts, devcluster: DevCluster
+) -> None:
+    """Strangers' tokens cost a review each until the auth budget is spent; then 503
+    with Retry-After, and nothing more reaches the API server."""
+    tight = with_changes(config, metrics_secure=True, kube_auth_qps=0.01, kube_auth_burst=2)
+    async for scraper in scraper_for(tight, certs):
+        before = reviews(devcluster)
+        for forged in ("a", "b"):
+            assert await scraper.get(f"forged-{forged}") == (401, UNAUTHORIZED)
+        async with scraper.session.get(
+            scraper.server.metrics_url + "/metrics", headers={"Authorization": "Bearer forged-c"}
+        ) as answer:
+            body = await answer.json()
+            assert (answer.status, body["reason"]) == (503, "ServiceUnavailable")
+            assert body["message"] == "The Kubernetes API budget is spent: retry later"
+            assert int(answer.headers["Retry-After"]) >= 1
+        assert reviews(devcluster) == (before[0] + 2, before[1])
+        # A refusal already judged costs nothing, budget or not.
+        assert await scraper.get("forged-a") == (401, UNAUTHORIZED)
