@@ -5,6 +5,7 @@ probes stay plain on their own port."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -259,3 +260,16 @@ async def test_reviews_spend_the_token_check_budget_and_stop_at_it(
         assert reviews(devcluster) == (before[0] + 2, before[1])
         # A refusal already judged costs nothing, budget or not.
         assert await scraper.get("forged-a") == (401, UNAUTHORIZED)
+
+
+async def test_concurrent_requests_with_one_token_share_one_review(
+    scraper: Scraper, devcluster: DevCluster
+) -> None:
+    allowed = token_for(devcluster, "prometheus")
+    grant_metrics_reader(devcluster, "prometheus")
+    # Held long enough for every request to arrive while the first review is out.
+    devcluster.faults.stall(1.0, verb="create", resource="tokenreviews")
+    before = reviews(devcluster)
+    answers = await asyncio.gather(*(scraper.get(allowed) for _ in range(4)))
+    assert [code for code, _ in answers] == [200] * 4
+    assert reviews(devcluster) == (before[0] + 1, before[1] + 1)
