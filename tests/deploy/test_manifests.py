@@ -583,3 +583,17 @@ def test_example_runtime_and_trainjob_need_nothing_from_us(devcluster: DevCluste
     devcluster.ensure_namespace(namespace)
     created = devcluster.create("trainjobs", trainjob, namespace, "trainer.kubeflow.org")
     assert created["spec"]["runtimeRef"]["name"] == runtime["metadata"]["name"]
+
+
+def test_the_kubeflow_overlay_repeats_the_components_monitor_patch_exactly() -> None:
+    """The overlay's own copy (its patches run after every component, so a prometheus
+    component listed later is patched too) cannot drift from the component's."""
+    component = yaml.safe_load(
+        (MANIFESTS / "components" / "secure-metrics" / "kustomization.yaml").read_text()
+    )
+    overlay = yaml.safe_load((OVERLAYS["kubeflow"] / "kustomization.yaml").read_text())
+    (from_component,) = [p for p in component["patches"] if p["target"]["kind"] == "ServiceMonitor"]
+    (from_overlay,) = overlay["patches"]
+    assert from_overlay["target"] == from_component["target"]
+    patch_file = MANIFESTS / "components" / "secure-metrics" / from_component["path"]
+    assert yaml.safe_load(from_overlay["patch"]) == yaml.safe_load(patch_file.read_text())
