@@ -10,7 +10,8 @@ a token the API server does not accept: 401; a user RBAC does not allow: 403; bo
 A verdict is kept for ``ttl`` seconds by the token's SHA-256 digest (never the token),
 the path and the verb, at most ``max_entries`` of them (least recently used out first),
 so a scraper costs two auth-budget API calls per ``ttl``, not two per scrape; a refusal
-is kept as long, so a scraper with a bad token cannot spend the budget either. An API
+is kept as long, so a scraper with a bad token cannot spend the budget either. Paths the
+port does not serve are answered 404 before any review. An API
 server that cannot answer is a 503 and is never remembered. Concurrent requests with one
 token share one pair of calls.
 """
@@ -161,6 +162,10 @@ class MetricsGuard:
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.match_info.http_exception is not None:
+            # A path or method the port does not serve is refused without asking: the
+            # reviews are per path, and a stranger could otherwise vary it at will.
+            return await handler(request)
         path, verb = request.path, verb_for(request.method)
         try:
             verdict = await self.verdict(request.headers.get("Authorization"), path, verb)

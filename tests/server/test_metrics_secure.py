@@ -132,14 +132,8 @@ async def test_a_token_rbac_does_not_allow_is_forbidden(
             'forbidden: User "system:serviceaccount:mon:stranger" cannot get path "/metrics"',
         ),
     )
-    # The ClusterRole names /metrics alone: other paths are asked about as themselves
-    # (and /healthz is everyone's under the cluster's default policy).
-    allowed = token_for(devcluster, "prometheus")
-    code, body = await scraper.get(allowed, "/debug")
-    assert code == 403
-    assert body["message"] == (
-        'forbidden: User "system:serviceaccount:mon:prometheus" cannot get path "/debug"'
-    )
+    # Each path is asked about as itself: /healthz is every user's under the cluster's
+    # default policy, and the ClusterRole names /metrics alone.
     assert await scraper.get(refused, "/healthz") == (200, "ok")
 
 
@@ -182,8 +176,22 @@ async def test_verdicts_are_reused_for_their_ttl(scraper: Scraper, devcluster: D
     # One TokenReview per token, one SubjectAccessReview per authenticated one.
     assert (after[0] - before[0], after[1] - before[1]) == (3, 2)
     # A verdict is for its path: another one is asked about.
-    assert (await scraper.get(allowed, "/debug"))[0] == 403
+    assert await scraper.get(refused, "/healthz") == (200, "ok")
     assert reviews(devcluster) == (after[0] + 1, after[1] + 1)
+
+
+async def test_paths_the_port_does_not_serve_cost_no_review(
+    scraper: Scraper, devcluster: DevCluster
+) -> None:
+    before = reviews(devcluster)
+    for path in ("/debug", "/metrics/x", "/a", "/b"):
+        code, _ = await scraper.get(f"forged-{path}", path)
+        assert code == 404, path
+    async with scraper.session.post(
+        scraper.server.metrics_url + "/metrics", headers={"Authorization": "Bearer forged"}
+    ) as answer:
+        assert answer.status == 405
+    assert reviews(devcluster) == before
 
 
 async def test_a_ttl_of_zero_asks_for_every_request(
