@@ -8,6 +8,7 @@ accepting, in-flight requests finish (up to ``shutdown_timeout``), then the rest
 from __future__ import annotations
 
 import logging
+import ssl
 
 from aiohttp import web
 
@@ -26,6 +27,7 @@ from .kube.client import KubeClient
 from .kube.errors import KubeUnavailable
 from .kube.resources import TRAINJOBS
 from .listener import CappedSite, Limits
+from .metricsauth import MetricsGuard, VerdictCache
 from .middleware import no_server_header, status_errors
 from .tls import ReloadingTLS
 from .views import trainjob_view
@@ -117,6 +119,12 @@ class StatusServer:
             write=self.writer.write,
             read_timeout=config.read_timeout,
         )
+        # Scrapers' tokens are checked with the token-check budget.
+        self.metrics_guard = (
+            MetricsGuard(self.budgets.auth, VerdictCache(config.metrics_auth_cache_ttl))
+            if config.metrics_secure
+            else None
+        )
         self.shutting_down = False
         self._serving: web.AppRunner | None = None
         self._metrics: web.AppRunner | None = None
@@ -159,7 +167,8 @@ class StatusServer:
         return app
 
     def metrics_app(self) -> web.Application:
-        app = web.Application()
+        guarded = [] if self.metrics_guard is None else [self.metrics_guard.middleware]
+        app = web.Application(middlewares=guarded)
         app.on_response_prepare.append(no_server_header)
         app.router.add_get("/metrics", self.exporter.handle)
         app.router.add_get("/healthz", self._healthz)
@@ -186,7 +195,8 @@ class StatusServer:
     @property
     def metrics_url(self) -> str:
         assert self._metrics_site is not None
-        return f"http://{_url_host(self.config.host)}:{self._metrics_site.port}"
+        scheme = "https" if self.config.metrics_secure else "http"
+        return f"{scheme}://{_url_host(self.config.host)}:{self._metrics_site.port}"
 
     @property
     def probe_url(self) -> str:
@@ -202,6 +212,14 @@ class StatusServer:
             write_timeout=config.write_timeout,
             max_head_bytes=config.max_header_bytes,
         )
+
+    def _metrics_tls(self) -> ssl.SSLContext | None:
+        if not self.config.metrics_secure:
+            return None
+        if self.tls is None:
+            raise ValueError("--metrics-secure needs the serving certificate")
+        # The serving certificate's context: reloaded with it.
+        return self.tls.context
 
     async def start(self) -> StatusServer:
         config = self.config
@@ -251,7 +269,7 @@ class StatusServer:
             self._metrics,
             config.host,
             config.metrics_port,
-            ssl_context=None,
+            ssl_context=self._metrics_tls(),
             limits=self._limits(METRICS_CONNECTIONS, METRICS_CONNECTIONS_PER_IP),
             listener="metrics",
         )

@@ -5,7 +5,8 @@ Who spends what (none can starve another, each has its own qps/burst flags):
 - ``writes`` (``--kube-api-qps``/``--kube-api-burst``, the peer's 5/10): status writes
   and the TrainJob look-up of an authenticated post whose TrainJob the cache lacks;
 - ``auth`` (``--kube-auth-*``, 2/5): what token checking asks the API server for
-  (TokenReview, issuer discovery and JWKS, a pod the cache lacks);
+  (TokenReview, issuer discovery and JWKS, a pod the cache lacks; a scraper's
+  TokenReview and SubjectAccessReview under ``--metrics-secure``);
 - ``watch`` (``--kube-watch-*``, 2/10): the caches' lists and watches, the certificate
   bootstrap and CA distribution, none of which any request can cause.
 

@@ -25,6 +25,8 @@ class Config:
     port: int = 10443
     metrics_port: int = 9090
     probe_port: int = 8081
+    metrics_secure: bool = False
+    metrics_auth_cache_ttl: float = 60.0
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_min_version: str = "1.2"
@@ -115,6 +117,10 @@ class Config:
             problems.append("--port and --metrics-port must differ")
         if self.probe_port != 0 and self.probe_port in (self.port, self.metrics_port):
             problems.append("--probe-port must differ from --port and --metrics-port")
+        if self.metrics_secure and self.insecure_http:
+            problems.append("--metrics-secure needs the serving certificate: not --insecure-http")
+        if self.metrics_auth_cache_ttl < 0:
+            problems.append("--metrics-auth-cache-ttl must be >= 0")
         for budget in ("api", "auth", "watch"):
             qps, burst = getattr(self, f"kube_{budget}_qps"), getattr(self, f"kube_{budget}_burst")
             if qps <= 0 or burst < 1:
@@ -193,7 +199,17 @@ def _bool(text: str) -> bool:
 _FLAGS = (
     _Flag("host", str, "address to listen on"),
     _Flag("port", int, "HTTPS port of the status endpoint (the peer's port)"),
-    _Flag("metrics_port", int, "plain-HTTP port for /metrics, /healthz and /readyz"),
+    _Flag(
+        "metrics_port",
+        int,
+        "port for /metrics, /healthz and /readyz: plain HTTP, or HTTPS with --metrics-secure",
+    ),
+    _Flag(
+        "metrics_auth_cache_ttl",
+        float,
+        "with --metrics-secure, seconds a scraper token's TokenReview and SubjectAccessReview"
+        " verdict is reused (0: ask for every request)",
+    ),
     _Flag(
         "probe_port",
         int,
@@ -222,7 +238,8 @@ _FLAGS = (
     _Flag(
         "kube_auth_qps",
         float,
-        "Kubernetes API requests per second for token checks (TokenReview, JWKS, pod look-ups)",
+        "Kubernetes API requests per second for token checks (TokenReview, JWKS, pod look-ups,"
+        " and the metrics port's reviews with --metrics-secure)",
     ),
     _Flag("kube_auth_burst", int, "burst of the token-check API budget"),
     _Flag(
@@ -325,6 +342,12 @@ _FLAGS = (
 # Switches: --name turns on, --no-name off; the environment takes true/false.
 _SWITCHES = (
     ("insecure_http", "serve plain HTTP instead of HTTPS: local use only, tokens travel in clear"),
+    (
+        "metrics_secure",
+        "serve the metrics port over HTTPS with the serving certificate; every request needs a"
+        " bearer token that TokenReview accepts and RBAC lets get the non-resource URL it asks"
+        " for (/metrics)",
+    ),
     (
         "require_pod_membership",
         "the token's pod must carry jobset.sigs.k8s.io/jobset-name=<trainjob>; off, every pod "

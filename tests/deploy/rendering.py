@@ -43,7 +43,10 @@ COMPONENTS = {
 }
 # Added for a migration only: rendered with the others by its own test, not in every
 # combination.
-EXTRA_COMPONENTS = {"override-existing": MANIFESTS / "components" / "override-existing"}
+EXTRA_COMPONENTS = {
+    "override-existing": MANIFESTS / "components" / "override-existing",
+    "secure-metrics": MANIFESTS / "components" / "secure-metrics",
+}
 NAMESPACE_REFERENCES = MANIFESTS / "namespace-references"
 
 Doc = dict[str, Any]

@@ -63,11 +63,29 @@ WEBHOOK_CA_RULES = [
 TOKEN_REVIEW_RULES = [
     {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}
 ]
+METRICS_AUTH_RULES = [
+    *TOKEN_REVIEW_RULES,
+    {
+        "apiGroups": ["authorization.k8s.io"],
+        "resources": ["subjectaccessreviews"],
+        "verbs": ["create"],
+    },
+]
+# Bound by the platform team to its Prometheus, never to the server.
+SCRAPER_ROLE = ("ClusterRole", "trainjob-status-metrics-reader")
+SCRAPER_RULES = [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+# Overlays that serve secure metrics without being asked.
+SECURE_BY_DEFAULT = {"kubeflow"}
 
 
-def expected_roles(components: tuple[str, ...]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """Every role an overlay with ``components`` grants, with its rules: nothing else."""
+def expected_roles(
+    components: tuple[str, ...], secure: bool = False
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Every role an overlay with ``components`` grants the server, with its rules:
+    nothing else (``secure``: it serves secure metrics)."""
     roles = {("ClusterRole", "trainjob-status"): CORE_RULES}
+    if secure:
+        roles[("ClusterRole", "trainjob-status-metrics-auth")] = METRICS_AUTH_RULES
     if "cert-manager" not in components:
         roles[("ClusterRole", "trainjob-status-webhook-ca")] = WEBHOOK_CA_RULES
         roles[("Role", "trainjob-status-certs")] = CERT_RULES
@@ -90,6 +108,11 @@ class Variant:
     @property
     def docs(self) -> list[Doc]:
         return render(self.overlay, *self.components)
+
+    @property
+    def secure(self) -> bool:
+        """Whether it serves secure metrics."""
+        return self.overlay in SECURE_BY_DEFAULT or "secure-metrics" in self.components
 
     def __str__(self) -> str:
         return "+".join((self.overlay, *self.components))
@@ -248,7 +271,13 @@ def test_the_override_component_adds_the_flag_beside_the_others(overlay: str) ->
         docs = render(overlay, "token-review", *order)
         args = server(docs)["args"]
         # cert-manager took --cert-bootstrap out, whichever came first; the others stay.
-        assert sorted(args[2:]) == ["--distribute-ca", "--override-existing", "--token-review"]
+        secure = ["--metrics-secure"] if overlay in SECURE_BY_DEFAULT else []
+        assert sorted(args[2:]) == [
+            "--distribute-ca",
+            *secure,
+            "--override-existing",
+            "--token-review",
+        ]
         parsed = build_parser().parse_args(["serve", *args])
         assert from_args(parsed, environ={}).override_existing is True
     assert "--override-existing" not in server(render(overlay))["args"]
@@ -276,7 +305,9 @@ def test_rbac_is_exactly_what_the_server_needs(variant: Variant) -> None:
         for d in docs
         if d["kind"] in ("ClusterRole", "Role")
     }
-    assert granted == expected_roles(variant.components)
+    scraper = granted.pop(SCRAPER_ROLE, None)
+    assert scraper == (SCRAPER_RULES if variant.secure else None)
+    assert granted == expected_roles(variant.components, variant.secure)
     bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
     assert len(bindings) == len(granted)
     subject = {"kind": "ServiceAccount", "name": "trainjob-status", "namespace": variant.namespace}
@@ -462,6 +493,61 @@ def test_the_prometheus_component_scrapes_the_metrics_port(overlay: str) -> None
     assert all(base[key] == d for d in docs if (key := (d["kind"], d["metadata"]["name"])) in base)
 
 
+HTTPS_ENDPOINT = {  # the ServiceMonitor's endpoint with secure metrics
+    "port": "metrics",
+    "path": "/metrics",
+    "scheme": "https",
+    "interval": "30s",
+    "scrapeTimeout": "10s",
+    "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+    "tlsConfig": {
+        "serverName": "trainjob-status",
+        "ca": {"secret": {"name": "trainjob-status-tls", "key": "ca.crt"}},
+    },
+}
+
+
+def test_secure_metrics_switch_the_server_and_its_monitor(variant: Variant) -> None:
+    docs = variant.docs
+    args = server(docs)["args"]
+    assert ("--metrics-secure" in args) == variant.secure
+    if "prometheus" in variant.components:
+        (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+        if variant.secure:
+            assert endpoint == HTTPS_ENDPOINT
+        else:
+            assert endpoint["scheme"] == "http"
+            assert "tlsConfig" not in endpoint
+    # Probes stay plain on their own port, whatever the metrics port speaks.
+    container = server(docs)
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert container[probe]["httpGet"]["port"] == "probes"
+        assert container[probe]["httpGet"].get("scheme", "HTTP") == "HTTP"
+    # Nothing grants the scraper role to anyone: the platform team binds its Prometheus.
+    bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+    assert all(b["roleRef"]["name"] != SCRAPER_ROLE[1] for b in bindings)
+
+
+@pytest.mark.parametrize("overlay", ["base", "quick-start"])
+def test_the_secure_metrics_component_after_prometheus_secures_its_monitor(overlay: str) -> None:
+    docs = render(overlay, "prometheus", "secure-metrics")
+    (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint == HTTPS_ENDPOINT
+    assert "--metrics-secure" in server(docs)["args"]
+
+
+def test_the_monitors_ca_and_name_are_the_servers() -> None:
+    """The CA Prometheus trusts is in the Secret both certificate modes write, and the
+    name it checks is one every serving certificate carries."""
+    tls = HTTPS_ENDPOINT["tlsConfig"]
+    secret = next(f.default for f in fields(certs.CertSettings) if f.name == "secret_name")
+    assert tls["ca"]["secret"]["name"] == secret
+    managed = render("kubeflow", "cert-manager")
+    assert one(managed, "Certificate")["spec"]["secretName"] == secret
+    for namespace in (NS, "kubeflow-system"):
+        assert tls["serverName"] in certs.dns_names("trainjob-status", namespace)
+
+
 def test_container_args_are_flags_the_server_takes(variant: Variant) -> None:
     container = server(variant.docs)
     env = {e["name"]: variant.namespace for e in container.get("env", [])}
@@ -497,3 +583,17 @@ def test_example_runtime_and_trainjob_need_nothing_from_us(devcluster: DevCluste
     devcluster.ensure_namespace(namespace)
     created = devcluster.create("trainjobs", trainjob, namespace, "trainer.kubeflow.org")
     assert created["spec"]["runtimeRef"]["name"] == runtime["metadata"]["name"]
+
+
+def test_the_kubeflow_overlay_repeats_the_components_monitor_patch_exactly() -> None:
+    """The overlay's own copy (its patches run after every component, so a prometheus
+    component listed later is patched too) cannot drift from the component's."""
+    component = yaml.safe_load(
+        (MANIFESTS / "components" / "secure-metrics" / "kustomization.yaml").read_text()
+    )
+    overlay = yaml.safe_load((OVERLAYS["kubeflow"] / "kustomization.yaml").read_text())
+    (from_component,) = [p for p in component["patches"] if p["target"]["kind"] == "ServiceMonitor"]
+    (from_overlay,) = overlay["patches"]
+    assert from_overlay["target"] == from_component["target"]
+    patch_file = MANIFESTS / "components" / "secure-metrics" / from_component["path"]
+    assert yaml.safe_load(from_overlay["patch"]) == yaml.safe_load(patch_file.read_text())

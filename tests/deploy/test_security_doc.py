@@ -14,6 +14,7 @@ ROLE_FILES = [
     MANIFESTS / "base" / "rbac.yaml",
     MANIFESTS / "base" / "rbac-certs.yaml",
     MANIFESTS / "components" / "token-review" / "rbac.yaml",
+    MANIFESTS / "components" / "secure-metrics" / "rbac.yaml",
 ]
 
 
@@ -34,25 +35,38 @@ def permission_rows() -> list[str]:
     return rows
 
 
-@pytest.mark.parametrize(
-    "rule", granted_rules(), ids=lambda r: f"{r['resources']}{r.get('resourceNames', '')}"
-)
+def rule_id(rule: dict[str, Any]) -> str:
+    if "nonResourceURLs" in rule:
+        return f"{rule['nonResourceURLs']}"
+    return f"{rule['resources']}{rule.get('resourceNames', '')}"
+
+
+def wanted_cells(rule: dict[str, Any]) -> list[list[str]]:
+    """What a row's first cell must name for each part of ``rule``."""
+    if "nonResourceURLs" in rule:
+        return [["non-resource URL", f"`{url}`"] for url in rule["nonResourceURLs"]]
+    return [
+        [
+            f"`{group}`" if group else '`""`',  # the core group, as the table shows it
+            f"`{resource}`",
+            *(f"`{n}`" for n in rule.get("resourceNames", [])),
+        ]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    ]
+
+
+@pytest.mark.parametrize("rule", granted_rules(), ids=rule_id)
 def test_every_granted_rule_is_explained(rule: dict[str, Any]) -> None:
-    """A row's first cell names the group, resource, resource name and every verb; its
-    other two cells are not empty."""
-    for group in rule["apiGroups"]:
-        for resource in rule["resources"]:
-            wanted = [
-                f"`{group}`" if group else '`""`',  # the core group, as the table shows it
-                f"`{resource}`",
-                *(f"`{n}`" for n in rule.get("resourceNames", [])),
-            ]
-            matches = []
-            for row in permission_rows():
-                first, purpose, narrower = (cell.strip() for cell in row.strip("|").split(" | ", 2))
-                verbs = first.rsplit(":", 1)[-1].split("(")[0]
-                listed = {v.strip() for v in verbs.split(",")}
-                if all(w in first for w in wanted) and listed == set(rule["verbs"]):
-                    matches.append((purpose, narrower))
-            assert len(matches) == 1, (group, resource, rule)
-            assert all(matches[0]), matches
+    """A row's first cell names the group, resource, resource name (or the non-resource
+    URL) and every verb; its other two cells are not empty."""
+    for wanted in wanted_cells(rule):
+        matches = []
+        for row in permission_rows():
+            first, purpose, narrower = (cell.strip() for cell in row.strip("|").split(" | ", 2))
+            verbs = first.split(" (", 1)[0].rsplit(":", 1)[-1]
+            listed = {v.strip() for v in verbs.split(",")}
+            if all(w in first for w in wanted) and listed == set(rule["verbs"]):
+                matches.append((purpose, narrower))
+        assert len(matches) == 1, (wanted, rule)
+        assert all(matches[0]), matches

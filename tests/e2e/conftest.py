@@ -153,12 +153,19 @@ class Prometheus:
         self._proc: asyncio.subprocess.Process | None = None
         self._session: aiohttp.ClientSession | None = None
 
-    async def start(self, target: str, rule_groups: dict[str, Any] | None = None) -> None:
-        """Scrape ``target`` (host:port) every second as job trainjob-status, evaluating
-        ``rule_groups`` (a rule file's content) every second."""
+    async def start(
+        self,
+        target: str,
+        rule_groups: dict[str, Any] | None = None,
+        scrape_configs: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """Scrape ``target`` (host:port) every second as job trainjob-status (or as
+        ``scrape_configs`` say), evaluating ``rule_groups`` (a rule file's content)
+        every second."""
+        jobs = scrape_configs or [{"job_name": JOB, "static_configs": [{"targets": [target]}]}]
         config: dict[str, Any] = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": [target]}]}],
+            "scrape_configs": jobs,
         }
         if rule_groups is not None:
             rules = self.workdir / "rules.yaml"

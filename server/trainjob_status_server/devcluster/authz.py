@@ -78,14 +78,21 @@ def _rule_allows(rule: dict[str, Any], info: RequestInfo, group: str) -> bool:
     return not names or info.name in names
 
 
-def rbac_allows(
+def _subject_text(subject: dict[str, Any], binding_ns: str) -> str:
+    if subject.get("kind") == "ServiceAccount":
+        return f'ServiceAccount "{subject.get("name")}/{subject.get("namespace") or binding_ns}"'
+    return f'{subject.get("kind")} "{subject.get("name")}"'
+
+
+def granting_binding(
     user: User,
     info: RequestInfo,
     group: str,
     bindings: Iterable[dict[str, Any]],
     role_lookup: Any,
-) -> bool:
-    """True when a RoleBinding or ClusterRoleBinding gives ``user`` a rule that fits.
+) -> str | None:
+    """The RBAC reason (which binding of which role to which subject) a RoleBinding or
+    ClusterRoleBinding gives ``user`` a rule that fits, or None when none does.
 
     ``role_lookup(kind, namespace, name)`` returns the Role/ClusterRole object or None.
     """
@@ -94,15 +101,40 @@ def rbac_allows(
         binding_ns = meta.get("namespace", "")
         if binding_ns and binding_ns != info.namespace:
             continue
-        if not any(_subject_matches(s, user, binding_ns) for s in binding.get("subjects") or []):
+        subjects = [
+            s for s in binding.get("subjects") or [] if _subject_matches(s, user, binding_ns)
+        ]
+        if not subjects:
             continue
         ref = binding.get("roleRef") or {}
         role = role_lookup(ref.get("kind", ""), binding_ns, ref.get("name", ""))
         if role is None:
             continue
         if any(_rule_allows(rule, info, group) for rule in role.get("rules") or []):
-            return True
-    return False
+            kind = "RoleBinding" if binding_ns else "ClusterRoleBinding"
+            name = f"{meta.get('name')}/{binding_ns}" if binding_ns else meta.get("name")
+            return (
+                f'RBAC: allowed by {kind} "{name}" of {ref.get("kind")} "{ref.get("name")}" '
+                f"to {_subject_text(subjects[0], binding_ns)}"
+            )
+    return None
+
+
+def rbac_allows(
+    user: User,
+    info: RequestInfo,
+    group: str,
+    bindings: Iterable[dict[str, Any]],
+    role_lookup: Any,
+) -> bool:
+    """True when a RoleBinding or ClusterRoleBinding gives ``user`` a rule that fits."""
+    return granting_binding(user, info, group, bindings, role_lookup) is not None
+
+
+def path_allowed(user: User, path: str, verb: str = "get") -> bool:
+    """Whether the default policy lets ``user`` ``verb`` a non-resource ``path`` without
+    any binding (the discovery and public-info roles only grant get)."""
+    return verb == "get" and _path_allowed(user, path)
 
 
 def authorize(

@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
-from . import authz, bodies, status
+from . import accessreview, authz, bodies, status
 from .admission import MutatingAdmission
 from .faults import Fault, Faults, RequestInfo
 from .httpserver import Connection, HandlerResult, Request, Response
@@ -225,6 +225,11 @@ class ClusterApp:
             if info.verb != "create":
                 raise status.method_not_allowed()
             return Answer(201, self.tokens.review(self._json_object(call), self._lookup))
+        if info.resource == "subjectaccessreviews":
+            if info.verb != "create":
+                raise status.method_not_allowed()
+            body = self._json_object(call)
+            return Answer(201, accessreview.review(body, self._bindings, self._role))
         if info.resource == "namespaces" and info.verb == "create" and call.resource.builtin:
             answer = self.api.create(call)
             if not call.dry_run:

@@ -1,0 +1,226 @@
+"""Who may read the metrics port under ``--metrics-secure``.
+
+Every request carries a bearer token. The API server says whose it is (TokenReview, for
+the API server's own audiences, as for a token sent to the API itself) and whether that
+user may ``get`` the non-resource URL the request asks for (SubjectAccessReview), the
+checks controller-runtime's secure metrics filter and kube-rbac-proxy make. No token or
+a token the API server does not accept: 401; a user RBAC does not allow: 403; both as
+``metav1.Status``.
+
+A verdict is kept for ``ttl`` seconds by the token's SHA-256 digest (never the token),
+the path and the verb, at most ``max_entries`` of them (least recently used out first),
+so a scraper costs two auth-budget API calls per ``ttl``, not two per scrape; a refusal
+is kept as long, so a scraper with a bad token cannot spend the budget either. Paths the
+port does not serve are answered 404 before any review. An API
+server that cannot answer is a 503 and is never remembered. Concurrent requests with one
+token share one pair of calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from . import errors
+from .auth.bearer import bearer_token
+from .auth.failures import AuthFailure
+from .auth.tokenreview import TOKENREVIEWS_PATH
+from .budgets import unavailable_for
+from .kube.client import KubeClient
+from .kube.errors import KubeBudgetExhausted, KubeError, KubeUnavailable
+
+log = logging.getLogger(__name__)
+
+SUBJECTACCESSREVIEWS_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+MAX_ENTRIES = 1024
+
+# The verbs the API server's request-info resolver gives non-resource requests.
+_VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch"}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """``user`` is None when the token was not accepted; ``allowed`` says whether the
+    user may make the request (always False without a user)."""
+
+    user: str | None
+    allowed: bool
+    reason: str = ""
+
+
+def verb_for(method: str) -> str:
+    return _VERBS.get(method, method.lower())
+
+
+def token_review_body(token: str) -> dict[str, Any]:
+    # No audiences: the API server's own, so a scraper uses the token it would send to it.
+    return {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": {"token": token},
+    }
+
+
+def reviewed_user(answer: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The UserInfo a TokenReview answer vouches for, or None."""
+    status = answer.get("status")
+    if not isinstance(status, dict) or status.get("authenticated") is not True:
+        return None
+    user = status.get("user")
+    if not isinstance(user, dict) or not isinstance(user.get("username"), str):
+        return None
+    return user if user["username"] else None
+
+
+def access_review_body(user: Mapping[str, Any], path: str, verb: str) -> dict[str, Any]:
+    """The SubjectAccessReview asking whether ``user`` may ``verb`` the URL ``path``."""
+    spec: dict[str, Any] = {
+        "user": user["username"],
+        "nonResourceAttributes": {"path": path, "verb": verb},
+    }
+    for key in ("uid", "groups", "extra"):
+        if user.get(key):
+            spec[key] = user[key]
+    return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+
+
+def judge_access(username: str, answer: Mapping[str, Any]) -> Verdict:
+    status = answer.get("status")
+    status = status if isinstance(status, dict) else {}
+    reason = status.get("reason")
+    return Verdict(
+        username,
+        status.get("allowed") is True and status.get("denied") is not True,
+        reason if isinstance(reason, str) else "",
+    )
+
+
+def refusal(verdict: Verdict, path: str, verb: str) -> errors.StatusError:
+    """The answer for a verdict that does not allow the request, worded as the API
+    server words its own 403 for a non-resource URL."""
+    if verdict.user is None:
+        return errors.unauthorized()
+    message = f'forbidden: User "{verdict.user}" cannot {verb} path "{path}"'
+    if verdict.reason:
+        message += f": {verdict.reason}"
+    return errors.StatusError(403, "Forbidden", message)
+
+
+class VerdictCache:
+    """Verdicts by (token digest, path, verb) for ``ttl`` seconds, LRU-bounded (pure)."""
+
+    def __init__(
+        self,
+        ttl: float,
+        max_entries: int = MAX_ENTRIES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self._clock = clock
+        self._entries: OrderedDict[tuple[bytes, str, str], tuple[Verdict, float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: tuple[bytes, str, str]) -> Verdict | None:
+        found = self._entries.get(key)
+        if found is None:
+            return None
+        if self._clock() >= found[1]:
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return found[0]
+
+    def put(self, key: tuple[bytes, str, str], verdict: Verdict) -> None:
+        if self.ttl <= 0 or self.max_entries <= 0:
+            return
+        self._entries[key] = (verdict, self._clock() + self.ttl)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+
+class MetricsGuard:
+    """Authenticates and authorizes every request of the metrics app (its middleware)."""
+
+    def __init__(self, api: KubeClient, cache: VerdictCache) -> None:
+        self.api = api
+        self.cache = cache
+        self._inflight: dict[tuple[bytes, str, str], asyncio.Task[Verdict]] = {}
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.match_info.http_exception is not None:
+            # A path or method the port does not serve is refused without asking: the
+            # reviews are per path, and a stranger could otherwise vary it at will.
+            return await handler(request)
+        path, verb = request.path, verb_for(request.method)
+        try:
+            verdict = await self.verdict(request.headers.get("Authorization"), path, verb)
+            if not verdict.allowed:
+                raise refusal(verdict, path, verb)
+        except errors.StatusError as exc:
+            log.info("metrics request refused", extra={"path": path, "code": exc.code})
+            return exc.response()
+        return await handler(request)
+
+    async def verdict(self, header: str | None, path: str, verb: str) -> Verdict:
+        """The verdict for a request with this Authorization header; StatusError (503)
+        when the API server cannot give one."""
+        try:
+            token = bearer_token(header)
+        except AuthFailure:
+            return Verdict(None, False)
+        key = (hashlib.sha256(token.encode()).digest(), path, verb)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        task = self._inflight.get(key)
+        if task is None:
+            task = asyncio.create_task(self._ask(token, key))
+            self._inflight[key] = task
+            task.add_done_callback(lambda done: self._asked(key, done))
+        return await asyncio.shield(task)
+
+    def _asked(self, key: tuple[bytes, str, str], task: asyncio.Task[Verdict]) -> None:
+        self._inflight.pop(key, None)
+        if not task.cancelled():
+            # Retrieved here too: every caller may have gone before it failed.
+            task.exception()
+
+    async def _ask(self, token: str, key: tuple[bytes, str, str]) -> Verdict:
+        _, path, verb = key
+        user = reviewed_user(await self._post(TOKENREVIEWS_PATH, token_review_body(token)))
+        if user is None:
+            verdict = Verdict(None, False)
+        else:
+            answer = await self._post(
+                SUBJECTACCESSREVIEWS_PATH, access_review_body(user, path, verb)
+            )
+            verdict = judge_access(user["username"], answer)
+        self.cache.put(key, verdict)
+        return verdict
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await self.api.request_json("POST", path, body=body)
+        except KubeBudgetExhausted as exc:
+            log.info("metrics review refused: API budget spent", extra={"budget": exc.budget})
+            raise unavailable_for(exc) from None
+        except (KubeError, KubeUnavailable) as exc:
+            # Never str(exc) of a request that carried a token: the status only.
+            status = exc.status if isinstance(exc, KubeError) else None
+            log.warning("metrics review failed", extra={"review": path, "status": status})
+            raise errors.unavailable() from None

@@ -1,0 +1,120 @@
+"""The secure-metrics component's RBAC, loaded into the devcluster, is what
+``--metrics-secure`` needs: a server holding its ServiceAccount's token answers a scraper
+bound to the rendered scraper ClusterRole with the metrics, one that is not with 403; the
+same server without the component's RBAC cannot ask (503)."""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from cryptography.hazmat.primitives.serialization import Encoding
+
+from trainjob_status_server.app import StatusServer
+from trainjob_status_server.auth.testing import AcceptAll
+from trainjob_status_server.config import Config
+from trainjob_status_server.devcluster import DevCluster
+from trainjob_status_server.devcluster.kubeconfig import write_kubeconfig
+from trainjob_status_server.devcluster.pki import CertificateAuthority
+
+from .rendering import render
+from .test_rbac_on_devcluster import PLURALS
+
+NS = "trainjob-status"
+RBAC = "rbac.authorization.k8s.io"
+
+
+def load_rbac(cluster: DevCluster, *components: str) -> None:
+    for doc in render("quick-start", *components):
+        if doc["kind"] in PLURALS:
+            plural, group = PLURALS[doc["kind"]]
+            cluster.create(plural, doc, doc["metadata"].get("namespace", ""), group)
+
+
+def scraper_token(cluster: DevCluster, name: str, *, bound: bool) -> str:
+    cluster.ensure_namespace("monitoring")
+    cluster.create("serviceaccounts", {"metadata": {"name": name}}, "monitoring")
+    if bound:
+        # What the platform team runs: kubectl create clusterrolebinding ...
+        cluster.create(
+            "clusterrolebindings",
+            {
+                "metadata": {"name": f"{name}-reads-trainjob-status"},
+                "roleRef": {
+                    "apiGroup": RBAC,
+                    "kind": "ClusterRole",
+                    "name": "trainjob-status-metrics-reader",
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "monitoring"}],
+            },
+            group=RBAC,
+        )
+    return cluster.request_token("monitoring", name, [cluster.issuer])
+
+
+async def scrape(
+    cluster: DevCluster, tmp_path: Path, tokens: list[str]
+) -> AsyncIterator[tuple[int, Any]]:
+    """Runs the server as its ServiceAccount with --metrics-secure; (code, body) per token."""
+    server_token = cluster.request_token(NS, "trainjob-status", [cluster.issuer])
+    kubeconfig = write_kubeconfig(
+        tmp_path / "server.kubeconfig", cluster.url, cluster.ca.cert_pem, server_token
+    )
+    ca = CertificateAuthority()
+    cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    config = Config(
+        host="127.0.0.1",
+        port=0,
+        metrics_port=0,
+        probe_port=0,
+        tls_cert_file=tmp_path / "tls.crt",
+        tls_key_file=tmp_path / "tls.key",
+        kubeconfig=kubeconfig,
+        kube_api_timeout=2.0,
+        metrics_secure=True,
+    )
+    trust = ssl.create_default_context(cadata=ca.certificate.public_bytes(Encoding.PEM).decode())
+    async with StatusServer(config, AcceptAll()) as running:
+        await running.trainjobs.synced.wait()
+        connector = aiohttp.TCPConnector(ssl=trust)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            for token in tokens:
+                headers = {"Authorization": f"Bearer {token}"}
+                async with session.get(running.metrics_url + "/metrics", headers=headers) as got:
+                    text = await got.text()
+                    body = json.loads(text) if got.content_type == "application/json" else text
+                    yield got.status, body
+
+
+async def test_the_components_rbac_lets_the_server_judge_scrapers(
+    devcluster: DevCluster, tmp_path: Path
+) -> None:
+    load_rbac(devcluster, "secure-metrics")
+    allowed = scraper_token(devcluster, "prometheus", bound=True)
+    stranger = scraper_token(devcluster, "stranger", bound=False)
+    answers = [answer async for answer in scrape(devcluster, tmp_path, [allowed, stranger])]
+    (code, page), (refused, status) = answers
+    assert code == 200
+    assert "trainjob_status_requests_total" in page
+    assert (refused, status["reason"], status["message"]) == (
+        403,
+        "Forbidden",
+        'forbidden: User "system:serviceaccount:monitoring:stranger" cannot get path "/metrics"',
+    )
+
+
+@pytest.mark.parametrize("component", [None, "token-review"])
+async def test_without_the_components_rbac_the_server_cannot_ask(
+    devcluster: DevCluster, tmp_path: Path, component: str | None
+) -> None:
+    load_rbac(devcluster, *([component] if component else []))
+    allowed = scraper_token(devcluster, "prometheus", bound=False)
+    [(code, status)] = [answer async for answer in scrape(devcluster, tmp_path, [allowed])]
+    assert (code, status["reason"]) == (503, "ServiceUnavailable")

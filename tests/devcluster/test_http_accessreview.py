@@ -1,0 +1,145 @@
+"""SubjectAccessReview over HTTP: answered from RBAC, for non-resource URLs and resources,
+the default policy's public paths included; malformed reviews refused as the API server
+refuses them."""
+
+from typing import Any
+
+from trainjob_status_server.devcluster import DevCluster
+
+from .conftest import Api
+
+PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+RBAC = "rbac.authorization.k8s.io"
+SA_USER = "system:serviceaccount:mon:scraper"
+SA_GROUPS = ["system:serviceaccounts", "system:serviceaccounts:mon", "system:authenticated"]
+
+
+def non_resource(path: str, verb: str = "get", user: str = SA_USER) -> dict[str, Any]:
+    return {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": user,
+            "groups": SA_GROUPS,
+            "nonResourceAttributes": {"path": path, "verb": verb},
+        },
+    }
+
+
+def grant_metrics(devcluster: DevCluster) -> None:
+    devcluster.ensure_namespace("mon")
+    devcluster.create(
+        "clusterroles",
+        {
+            "metadata": {"name": "metrics-reader"},
+            "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+        },
+        group=RBAC,
+    )
+    devcluster.create(
+        "clusterrolebindings",
+        {
+            "metadata": {"name": "scraper-reads-metrics"},
+            "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "metrics-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": "mon"}],
+        },
+        group=RBAC,
+    )
+
+
+async def test_non_resource_url_follows_the_cluster_role(api: Api, devcluster: DevCluster) -> None:
+    code, body, _ = await api.call("POST", PATH, non_resource("/metrics"))
+    assert code == 201, body
+    assert body["status"] == {"allowed": False}
+    assert body["spec"]["nonResourceAttributes"] == {"path": "/metrics", "verb": "get"}
+    grant_metrics(devcluster)
+    code, body, _ = await api.call("POST", PATH, non_resource("/metrics"))
+    assert code == 201
+    assert body["status"] == {
+        "allowed": True,
+        "reason": 'RBAC: allowed by ClusterRoleBinding "scraper-reads-metrics" of ClusterRole '
+        '"metrics-reader" to ServiceAccount "scraper/mon"',
+    }
+    # Only the verb and the path the rule names.
+    for path, verb in (("/metrics", "create"), ("/metricsx", "get"), ("/debug", "get")):
+        _, body, _ = await api.call("POST", PATH, non_resource(path, verb))
+        assert body["status"] == {"allowed": False}, (path, verb)
+    # Another user of the same groups is not the bound service account.
+    _, body, _ = await api.call(
+        "POST", PATH, non_resource("/metrics", user="system:serviceaccount:mon:x")
+    )
+    assert body["status"] == {"allowed": False}
+
+
+async def test_default_policy_paths_and_masters(api: Api) -> None:
+    _, body, _ = await api.call("POST", PATH, non_resource("/healthz"))
+    assert body["status"] == {"allowed": True}
+    _, body, _ = await api.call("POST", PATH, non_resource("/healthz", "create"))
+    assert body["status"] == {"allowed": False}
+    review = non_resource("/anything")
+    review["spec"]["groups"] = ["system:masters"]
+    _, body, _ = await api.call("POST", PATH, review)
+    assert body["status"] == {"allowed": True}
+
+
+async def test_resource_attributes_follow_role_bindings(api: Api, devcluster: DevCluster) -> None:
+    devcluster.ensure_namespace("mon")
+    devcluster.create(
+        "roles",
+        {
+            "metadata": {"name": "pod-reader"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+        },
+        "mon",
+        RBAC,
+    )
+    devcluster.create(
+        "rolebindings",
+        {
+            "metadata": {"name": "read-pods"},
+            "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "pod-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": "mon"}],
+        },
+        "mon",
+        RBAC,
+    )
+    review = non_resource("/metrics")
+    del review["spec"]["nonResourceAttributes"]
+    review["spec"]["resourceAttributes"] = {"namespace": "mon", "verb": "get", "resource": "pods"}
+    _, body, _ = await api.call("POST", PATH, review)
+    assert body["status"] == {
+        "allowed": True,
+        "reason": 'RBAC: allowed by RoleBinding "read-pods/mon" of Role "pod-reader" to '
+        'ServiceAccount "scraper/mon"',
+    }
+    review["spec"]["resourceAttributes"]["namespace"] = "other"
+    _, body, _ = await api.call("POST", PATH, review)
+    assert body["status"] == {"allowed": False}
+
+
+async def test_malformed_reviews_are_refused(api: Api, devcluster: DevCluster) -> None:
+    no_attributes = non_resource("/metrics")
+    del no_attributes["spec"]["nonResourceAttributes"]
+    code, body, _ = await api.call("POST", PATH, no_attributes)
+    assert (code, body["reason"]) == (400, "BadRequest")
+    assert "exactly one of nonResourceAttributes or resourceAttributes" in body["message"]
+    nobody = non_resource("/metrics", user="")
+    nobody["spec"]["groups"] = []
+    code, body, _ = await api.call("POST", PATH, nobody)
+    assert (code, body["reason"]) == (400, "BadRequest")
+    assert "at least one of user or group must be specified" in body["message"]
+    # Nothing is stored: a review is an answer, not an object.
+    assert devcluster.list("subjectaccessreviews", group="authorization.k8s.io") == []
+
+
+async def test_a_service_account_needs_rbac_to_ask(api: Api, devcluster: DevCluster) -> None:
+    devcluster.ensure_namespace("mon")
+    devcluster.create("serviceaccounts", {"metadata": {"name": "scraper"}}, "mon")
+    token = devcluster.request_token("mon", "scraper", [devcluster.issuer])
+    code, body, _ = await api.call("POST", PATH, non_resource("/metrics"), token=token)
+    assert code == 403
+    assert body["message"] == (
+        'subjectaccessreviews.authorization.k8s.io is forbidden: User "system:serviceaccount:mon:'
+        'scraper" cannot create resource "subjectaccessreviews" in API group '
+        '"authorization.k8s.io" at the cluster scope'
+    )
