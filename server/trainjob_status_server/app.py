@@ -12,7 +12,7 @@ import ssl
 
 from aiohttp import web
 
-from . import certs
+from . import certs, errors
 from .auth import Authenticator, TokenAuthenticator
 from .budgets import Budgets, unavailable_for
 from .cadistribution import CADistribution
@@ -146,19 +146,19 @@ class StatusServer:
             raise unavailable_for(exc) from exc
 
     async def _healthz(self, _request: web.Request) -> web.Response:
-        return web.Response(text="ok")
+        return errors.Answer(text="ok")
 
     async def _readyz(self, _request: web.Request) -> web.Response:
         if self.ready:
-            return web.Response(text="ok")
-        return web.Response(status=503, text="not ready")
+            return errors.Answer(text="ok")
+        return errors.Answer(status=503, text="not ready")
 
     # -- apps ------------------------------------------------------------------------
 
     def serving_app(self) -> web.Application:
         not_posts = ("/healthz", "/readyz", INJECT_PATH)
         app = web.Application(middlewares=[status_errors(not_posts)], client_max_size=2**20)
-        app.on_response_prepare.append(no_server_header)
+        # Its answers are errors.Answer: no Server header, no signal per post.
         app.router.add_post(STATUS_PATH, self.endpoint.handle)
         if self.injector is not None:
             app.router.add_post(INJECT_PATH, self.injector.handle)

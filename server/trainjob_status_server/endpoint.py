@@ -71,7 +71,7 @@ class StatusEndpoint:
         encoded = update.encoded(received)
         await self.write(namespace, name, encoded)
         # The JSON the update is written with, echoed as it is.
-        return web.Response(
+        return errors.Answer(
             body=b'{"trainerStatus":' + encoded.json + b"}", content_type="application/json"
         )
 
@@ -121,6 +121,6 @@ async def _read_raw(request: web.Request, limit: int, seconds: float) -> bytes:
 
 
 def json_response(body: dict[str, Any]) -> web.Response:
-    return web.Response(
+    return errors.Answer(
         body=json.dumps(body, separators=(",", ":")).encode(), content_type="application/json"
     )

@@ -16,6 +16,17 @@ from aiohttp import web
 from .validation import Cause
 
 
+class Answer(web.Response):
+    """A response with no ``Server`` header: aiohttp adds one naming itself and the Python
+    version (telling a scanner which known bugs to try) when the response is prepared.
+    Every answer of the serving port is one, which spares each post the response-prepare
+    signal a hook would need."""
+
+    async def _prepare_headers(self) -> None:
+        await super()._prepare_headers()
+        self.headers.popall("Server", None)
+
+
 class StatusError(Exception):
     """An answer that is a failure: raise it anywhere on the request path."""
 
@@ -50,7 +61,7 @@ class StatusError(Exception):
         return out
 
     def response(self) -> web.Response:
-        return web.Response(
+        return Answer(
             status=self.code,
             body=json.dumps(self.body(), separators=(",", ":")).encode(),
             content_type="application/json",

@@ -192,17 +192,8 @@ def bad_request(message: str) -> errors.StatusError:
     return errors.StatusError(400, "BadRequest", message)
 
 
-class _Answer(web.Response):
-    """A Status answer with no ``Server`` header: aiohttp adds one naming its version
-    when the response is prepared, and no application hook runs for these answers."""
-
-    async def _prepare_headers(self) -> None:
-        await super()._prepare_headers()
-        self.headers.popall("Server", None)
-
-
 def status_answer(status: errors.StatusError) -> web.Response:
-    answer = _Answer(
+    answer = errors.Answer(
         status=status.code,
         body=json.dumps(status.body(), separators=(",", ":")).encode(),
         content_type="application/json",

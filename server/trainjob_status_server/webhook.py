@@ -31,7 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import injection
+from . import errors, injection
 from .endpoint import read_body
 from .injection import FirstSighting, Plan, Selector, Target
 from .kube.backoff import Backoff
@@ -228,4 +228,4 @@ def review_response(uid: str, patch: injection.Patch) -> web.Response:
             json.dumps(patch, separators=(",", ":")).encode()
         ).decode()
     body = {"apiVersion": ADMISSION_API_VERSION, "kind": "AdmissionReview", "response": answer}
-    return web.json_response(body)
+    return errors.Answer(text=json.dumps(body), content_type="application/json")
