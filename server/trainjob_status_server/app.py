@@ -1,8 +1,9 @@
 """The composition root: a Config (and an authenticator) -> running components.
 
 Start order: Kubernetes client, TrainJob cache, TLS watcher, the serving listener, the
-metrics and probe listeners. Stop order (SIGTERM): readiness goes false, the serving listener stops
-accepting, in-flight requests finish (up to ``shutdown_timeout``), then the rest closes.
+metrics and probe listeners. Stop order (SIGTERM): readiness goes false, the serving
+listener stops accepting, in-flight requests finish (up to ``shutdown_timeout``), then
+the rest closes.
 """
 
 from __future__ import annotations
@@ -203,15 +204,34 @@ class StatusServer:
         assert self._probe_site is not None
         return f"http://{_url_host(self.config.host)}:{self._probe_site.port}"
 
-    def _limits(self, max_connections: int, per_ip: int) -> Limits:
+    async def _listen(
+        self,
+        runner: web.AppRunner,
+        port: int,
+        tls: ssl.SSLContext | None,
+        connections: tuple[int, int],
+        listener: str,
+    ) -> CappedSite:
+        """Set ``runner`` up and serve it on ``port``; ``connections`` is (open at most,
+        from one address at most)."""
         config = self.config
-        return Limits(
-            max_connections=max_connections,
-            max_connections_per_ip=per_ip,
-            header_timeout=config.read_timeout,
-            write_timeout=config.write_timeout,
-            max_head_bytes=config.max_header_bytes,
+        await runner.setup()
+        site = CappedSite(
+            runner,
+            config.host,
+            port,
+            ssl_context=tls,
+            limits=Limits(
+                max_connections=connections[0],
+                max_connections_per_ip=connections[1],
+                header_timeout=config.read_timeout,
+                write_timeout=config.write_timeout,
+                max_head_bytes=config.max_header_bytes,
+            ),
+            listener=listener,
         )
+        await site.start()
+        return site
 
     def _metrics_tls(self) -> ssl.SSLContext | None:
         if not self.config.metrics_secure:
@@ -254,37 +274,29 @@ class StatusServer:
             # Bodies are decoded by the endpoint (codings.py), where a bad one is a 400.
             auto_decompress=False,
         )
-        await self._serving.setup()
-        self._site = CappedSite(
+        self._site = await self._listen(
             self._serving,
-            config.host,
             config.port,
-            ssl_context=None if self.tls is None else self.tls.context,
-            limits=self._limits(config.max_connections, config.max_connections_per_ip),
+            None if self.tls is None else self.tls.context,
+            (config.max_connections, config.max_connections_per_ip),
+            "serving",
         )
-        await self._site.start()
         self._metrics = web.AppRunner(self.metrics_app(), access_log=None, handle_signals=False)
-        await self._metrics.setup()
-        self._metrics_site = CappedSite(
+        self._metrics_site = await self._listen(
             self._metrics,
-            config.host,
             config.metrics_port,
-            ssl_context=self._metrics_tls(),
-            limits=self._limits(METRICS_CONNECTIONS, METRICS_CONNECTIONS_PER_IP),
-            listener="metrics",
+            self._metrics_tls(),
+            (METRICS_CONNECTIONS, METRICS_CONNECTIONS_PER_IP),
+            "metrics",
         )
-        await self._metrics_site.start()
         self._probes = web.AppRunner(self.probe_app(), access_log=None, handle_signals=False)
-        await self._probes.setup()
-        self._probe_site = CappedSite(
+        self._probe_site = await self._listen(
             self._probes,
-            config.host,
             config.probe_port,
-            ssl_context=None,
-            limits=self._limits(PROBE_CONNECTIONS, PROBE_CONNECTIONS),
-            listener="probes",
+            None,
+            (PROBE_CONNECTIONS, PROBE_CONNECTIONS),
+            "probes",
         )
-        await self._probe_site.start()
         log.info(
             "serving",
             extra={"url": self.url, "metrics_url": self.metrics_url, "probe_url": self.probe_url},

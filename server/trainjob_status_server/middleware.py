@@ -45,7 +45,10 @@ def _requests(code: int) -> Counter:
 
 async def no_server_header(_request: web.Request, response: web.StreamResponse) -> None:
     """An ``on_response_prepare`` hook: aiohttp names itself and the Python version in a
-    ``Server`` header on every answer, telling a scanner which known bugs to try."""
+    ``Server`` header on every answer, telling a scanner which known bugs to try. For the
+    metrics and probe ports, whose answers include aiohttp's own (a 404 from the router);
+    the serving port's are all ``errors.Answer``, which drops the header without a
+    signal per post."""
     response.headers.popall("Server", None)
 
 
