@@ -3,7 +3,7 @@
 # The trainjob-status server image: a slim Python 3.11 runtime with the server installed
 # in a virtualenv, run as a fixed non-root user, fit for a read-only root filesystem.
 #
-#   docker build -t trainjob-status:0.1.0 .
+#   docker build -t trainjob-status:0.2.0 .
 #
 # The BUILD and INSTALL steps are the image's whole install: tests/deploy/test_image.py
 # runs these same two scripts into a fresh virtualenv and starts the server from it, so
@@ -17,12 +17,12 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     WHEELS=/wheels
 WORKDIR /src
-COPY pyproject.toml README.md ./
 COPY client ./client
 COPY server ./server
 RUN <<'BUILD'
 set -eu
-python -m pip wheel --no-cache-dir --wheel-dir "$WHEELS" ".[server]"
+# The client (the contract module) and the server; the development cluster is not here.
+python -m pip wheel --no-cache-dir --wheel-dir "$WHEELS" ./client ./server
 BUILD
 
 # -- 2: the runtime -----------------------------------------------------------------
@@ -36,7 +36,7 @@ python -m venv "$VENV"
 # Offline (--no-index): exactly the wheels built above. Bytecode is compiled now, since
 # a read-only root filesystem cannot take it later.
 "$VENV/bin/python" -m pip install --no-cache-dir --no-index --find-links "$WHEELS" \
-    "trainjob-status[server]"
+    trainjob-status-server
 # Nothing installs anything at run time.
 "$VENV/bin/python" -m pip uninstall --yes pip
 INSTALL

@@ -4,23 +4,24 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The demo needs the server's dependencies only, not the test and lint tools.
+# The demo needs the three packages only, not the test and lint tools.
 SERVER_STAMP := $(VENV)/.installed-server
 
 .PHONY: demo test lint typecheck unit devcluster bench clean
 
-$(SERVER_STAMP): pyproject.toml
+$(SERVER_STAMP): client/pyproject.toml server/pyproject.toml devcluster/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[server]'
+	$(BIN)/pip install --quiet -e ./client -e ./server -e ./devcluster
 	touch $(SERVER_STAMP)
 
-$(STAMP): $(SERVER_STAMP)
-	$(BIN)/pip install --quiet -e '.[test]'
+# pip >= 25.1 reads the workspace's [dependency-groups] (the upgrade above brings it).
+$(STAMP): $(SERVER_STAMP) pyproject.toml
+	$(BIN)/pip install --quiet --group test
 	touch $(STAMP)
 
 demo: $(SERVER_STAMP)
-	$(BIN)/trainjob-status-server demo
+	$(BIN)/trainjob-devcluster demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -35,7 +36,7 @@ unit: $(STAMP)
 test: lint typecheck unit
 
 devcluster: $(STAMP)
-	$(BIN)/trainjob-status-server devcluster --port 6443 --kubeconfig-out devcluster.kubeconfig
+	$(BIN)/trainjob-devcluster serve --port 6443 --kubeconfig-out devcluster.kubeconfig
 
 bench: $(STAMP)
 	$(BIN)/python bench/devcluster_bench.py

@@ -21,10 +21,10 @@ from typing import Any
 
 import aiohttp
 
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.auth.testing import AcceptAll
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
 
 NS = "bench"
 ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"

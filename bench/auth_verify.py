@@ -38,13 +38,13 @@ from ingest_accept import (  # type: ignore[import-not-found]  # bench/ is not a
     measure,
     wait_port,
 )
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_devcluster.pki import CertificateAuthority
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth import AuthSettings, TokenAuthenticator
 from trainjob_status_server.auth.authenticator import Authenticator
-from trainjob_status_server.auth.testing import AcceptAll
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
-from trainjob_status_server.devcluster.pki import CertificateAuthority
 from trainjob_status_server.kube.client import KubeClient
 
 NS = "bench"  # PATH (the ceiling's route too) is .../namespaces/bench/trainjobs/job/status

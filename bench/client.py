@@ -31,7 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from trainjob_status_server.devcluster.pki import CertificateAuthority
+from trainjob_devcluster.pki import CertificateAuthority
 
 PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/bench/trainjobs/job/status"
 METRICS = {"loss": 0.3141, "learning_rate": 5e-05, "grad_norm": 1.25, "accuracy": 0.9}

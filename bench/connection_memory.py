@@ -29,11 +29,11 @@ from pathlib import Path
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from _harness import free_port, processes, rss_kib, wait_file, wait_port
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_devcluster.pki import CertificateAuthority
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.auth.testing import AcceptAll
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
-from trainjob_status_server.devcluster.pki import CertificateAuthority
 
 NS = "bench"
 PATH = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/job/status"

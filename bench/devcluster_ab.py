@@ -2,9 +2,9 @@
 way to tell a change of a few percent from the machine's drift, which on these virtual
 machines moves every figure by a fifth from one minute to the next.
 
-Each build is a source directory holding ``trainjob_status_server`` (a ``git worktree``
-of another commit, say); it runs as ``trainjob-status-server devcluster`` with that
-directory first on PYTHONPATH. Both run pinned to CPU 0 at once, each with the writes'
+Each build is a checkout of the repository (a ``git worktree`` of another commit, say);
+it runs as ``trainjob-devcluster serve`` with that checkout's ``client``, ``server`` and
+``devcluster`` folders first on PYTHONPATH. Both run pinned to CPU 0 at once, each with the writes'
 200 TrainJobs and the watches of bench/devcluster_bench.py open. wrk (on CPU 1) then loads
 one build at a time for ``--seconds``, A then B, then B then A, for ``--rounds`` rounds:
 an idle build costs next to nothing, and the drift lands on both alike. Per round: each
@@ -12,7 +12,7 @@ build's writes/s, CPU per write and the host's steal time, and the ratio of B's 
 write to A's; then the medians. Prints figures; asserts nothing. Usage:
 
     git worktree add /tmp/base HEAD~1
-    .venv/bin/python bench/devcluster_ab.py /tmp/base/server server [--rounds 10]
+    .venv/bin/python bench/devcluster_ab.py /tmp/base . [--rounds 10]
         [--seconds 4] [--watches 1000]
 """
 
@@ -47,13 +47,14 @@ class Build:
 
 
 def start(label: str, source: Path, workdir: Path) -> Build:
-    if not (source / "trainjob_status_server").is_dir():
-        raise SystemExit(f"{source} holds no trainjob_status_server package")
+    folders = [source / "client", source / "server", source / "devcluster"]
+    if not (source / "devcluster" / "trainjob_devcluster").is_dir():
+        raise SystemExit(f"{source} is not a checkout with devcluster/trainjob_devcluster")
     kubeconfig = workdir / "kubeconfig"
-    env = {**os.environ, "PYTHONPATH": str(source.resolve())}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(f.resolve()) for f in folders)}
     command = [
         "taskset", "-c", str(bench.SERVER_CPU),
-        sys.executable, "-m", "trainjob_status_server.cli", "devcluster",
+        sys.executable, "-m", "trainjob_devcluster.cli", "serve",
         "--port", "0", "--kubeconfig-out", str(kubeconfig),
     ]  # fmt: skip
     proc = subprocess.Popen(command, stderr=subprocess.DEVNULL, env=env)
@@ -148,8 +149,8 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("a", type=Path, help="build A: a directory holding the package")
-    parser.add_argument("b", type=Path, help="build B: a directory holding the package")
+    parser.add_argument("a", type=Path, help="build A: a checkout of the repository")
+    parser.add_argument("b", type=Path, help="build B: a checkout of the repository")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each load")
     parser.add_argument("--watches", type=int, default=1000, help="open on each build")

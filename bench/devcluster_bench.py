@@ -70,7 +70,7 @@ def start_cluster(workdir: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any
     kubeconfig = workdir / "kubeconfig"
     command = [
         "taskset", "-c", str(SERVER_CPU),
-        sys.executable, "-m", "trainjob_status_server.cli", "devcluster",
+        sys.executable, "-m", "trainjob_devcluster.cli", "serve",
         "--port", "0", "--kubeconfig-out", str(kubeconfig),
     ]  # fmt: skip
     proc = subprocess.Popen(command, stderr=subprocess.DEVNULL)

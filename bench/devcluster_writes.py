@@ -31,11 +31,11 @@ import time
 
 from multidict import MultiDict, MultiDictProxy
 
-from trainjob_status_server.devcluster.resources import default_resources
-from trainjob_status_server.devcluster.rest import Call, ResourceApi
-from trainjob_status_server.devcluster.routing import Registry, route
-from trainjob_status_server.devcluster.standalone import GC_THRESHOLDS
-from trainjob_status_server.devcluster.store import Store, dumps_object
+from trainjob_devcluster.resources import default_resources
+from trainjob_devcluster.rest import Call, ResourceApi
+from trainjob_devcluster.routing import Registry, route
+from trainjob_devcluster.standalone import GC_THRESHOLDS
+from trainjob_devcluster.store import Store, dumps_object
 
 TJ = "/apis/trainer.kubeflow.org/v1alpha1"
 NS = "bench"

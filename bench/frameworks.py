@@ -71,7 +71,7 @@ class Stack:
     endpoints; certificates for localhost from one CA."""
 
     def __init__(self, workdir: Path) -> None:
-        from trainjob_status_server.devcluster.pki import CertificateAuthority
+        from trainjob_devcluster.pki import CertificateAuthority
 
         self.workdir = workdir
         self.ca = CertificateAuthority()
@@ -102,10 +102,10 @@ class Stack:
         self._start_hung()
 
     async def _serve(self) -> None:
+        from trainjob_devcluster import DevCluster
+        from trainjob_devcluster.acceptall import AcceptAll
         from trainjob_status_server.app import StatusServer
-        from trainjob_status_server.auth.testing import AcceptAll
         from trainjob_status_server.config import Config
-        from trainjob_status_server.devcluster import DevCluster
 
         self._stop = asyncio.Event()
         async with DevCluster() as cluster:

@@ -99,8 +99,8 @@ from ingest_accept import BODY as CEILING_BODY  # type: ignore[import-not-found]
 from ingest_accept import LUA as CEILING_LUA
 from ingest_accept import PATH as CEILING_PATH
 from ingest_accept import ceiling_server
-from trainjob_status_server.devcluster import DevCluster
-from trainjob_status_server.devcluster.pki import CertificateAuthority
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.pki import CertificateAuthority
 from trainjob_status_server.kube.cache import WatchCache
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.kube.resources import PODS, TRAINJOBS

@@ -15,7 +15,7 @@ import pytest
 
 from trainjob_status_server.logs import JsonFormatter, KeyValueFormatter
 
-pytest_plugins = ["trainjob_status_server.devcluster.pytest_plugin"]
+pytest_plugins = ["trainjob_devcluster.pytest_plugin"]
 
 PROJECT_LOGGERS = ("trainjob_status", "trainjob_status_server")
 

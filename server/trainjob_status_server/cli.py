@@ -1,10 +1,9 @@
-"""``trainjob-status-server``: the command line (serve | devcluster | demo)."""
+"""``trainjob-status-server``: the command line (serve)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import ssl
 import sys
@@ -18,20 +17,15 @@ from .kube.errors import KubeConfigError
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"  # what kubelet sets in every pod
 
 
-class _Parser(argparse.ArgumentParser):
+class UsageParser(argparse.ArgumentParser):
     """Usage errors in one line (the flag and what is wrong with it), exit status 2."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (--help lists the options)\n")
 
 
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value else default
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = UsageParser(
         prog="trainjob-status-server",
         description="Status ingest server for Kubeflow Trainer TrainJobs.",
     )
@@ -48,80 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     config.add_flags(serve)
-
-    dev = commands.add_parser(
-        "devcluster",
-        help="run a local development Kubernetes API server (never for production)",
-        description=(
-            "Serve a small local Kubernetes API over HTTPS on 127.0.0.1 for development "
-            "and tests: namespaces, pods, service accounts, config maps, secrets, RBAC and "
-            "the TrainJob custom resource, with server-side apply, CRD validation, watch, "
-            "service-account tokens, OIDC discovery and TokenReview. It keeps everything in "
-            "memory and mints a new CA at every start. Never use it in production."
-        ),
-    )
-    dev.add_argument(
-        "--port",
-        type=int,
-        default=_env_int("DEVCLUSTER_PORT", 6443),
-        help=(
-            "TCP port on 127.0.0.1 to listen on; 0 picks a free one "
-            "(env DEVCLUSTER_PORT, default 6443)"
-        ),
-    )
-    dev.add_argument(
-        "--kubeconfig-out",
-        type=Path,
-        default=Path(os.environ.get("DEVCLUSTER_KUBECONFIG", "devcluster.kubeconfig")),
-        help=(
-            "where to write the admin kubeconfig once the server accepts requests; removed "
-            "again on exit (env DEVCLUSTER_KUBECONFIG, default ./devcluster.kubeconfig)"
-        ),
-    )
-
-    demo = commands.add_parser(
-        "demo",
-        help="run the whole path on this machine: cluster, server, a training loop",
-        description=(
-            "Start a development cluster, a TrainJob and its pod, a CA and serving "
-            "certificate, and the server with token verification; then run a simulated "
-            "training loop that reports through the in-pod client with a token minted for "
-            "the pod, showing what the API server holds as a live progress bar. Exits 0 "
-            "once the TrainJob shows 100%."
-        ),
-    )
-    demo.add_argument(
-        "--duration", type=float, default=30.0, help="seconds of simulated training (default 30)"
-    )
-    demo.add_argument(
-        "--report-interval",
-        type=float,
-        default=2.0,
-        help="the client's minimum seconds between posts (default 2; real pods use 5)",
-    )
-    demo.add_argument(
-        "--keep", action="store_true", help="keep everything running after the loop, until Ctrl-C"
-    )
-    demo.add_argument(
-        "--workdir", type=Path, default=None, help="keep certificates and kubeconfig here"
-    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    if args.command == "devcluster":
-        from .devcluster.standalone import main as serve_devcluster
-
-        serve_devcluster(args.port, args.kubeconfig_out)
-        return
-    if args.command == "serve":
-        raise SystemExit(_serve(args))
-    from .demo import DemoOptions, run_demo
-
-    options = DemoOptions(args.duration, args.report_interval, args.keep, args.workdir)
-    with contextlib.suppress(KeyboardInterrupt):
-        raise SystemExit(asyncio.run(run_demo(options)))
+    raise SystemExit(_serve(args))
 
 
 def startup_problems(settings: config.Config, environ: Mapping[str, str]) -> list[str]:

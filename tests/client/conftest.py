@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_devcluster.pki import CertificateAuthority
 from trainjob_status import StatusReporter
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.auth.testing import AcceptAll
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
-from trainjob_status_server.devcluster.pki import CertificateAuthority
 
 from .sink import Sink
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from trainjob_devcluster.pki import CertificateAuthority
 from trainjob_status.credentials import CAFile, TokenFile, jwt_expiry
-from trainjob_status_server.devcluster.pki import CertificateAuthority
 
 from .sink import make_token
 

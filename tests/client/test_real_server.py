@@ -8,8 +8,8 @@ import asyncio
 import os
 import sys
 
+from trainjob_devcluster import DevCluster
 from trainjob_status import StatusReporter
-from trainjob_status_server.devcluster import DevCluster
 
 from . import kubeflow_replay
 from .conftest import Pod, stored_status

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from trainjob_devcluster import DevCluster
 from trainjob_status import StatusReporter
-from trainjob_status_server.devcluster import DevCluster
 
 from .conftest import MakeReporter, Pod, stored_status
 from .sdk_like import SdkLikeClient

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from trainjob_devcluster import DevCluster
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.devcluster import DevCluster
 
 from .conftest import Pod, stored_status
 from .test_transformers_real import WARNING, accepted_posts

@@ -17,11 +17,11 @@ import transformers
 from prometheus_client.parser import text_string_to_metric_families
 from transformers.integrations import KubeflowCallback
 
+from trainjob_devcluster import DevCluster
 from trainjob_status import StatusReporter
 from trainjob_status.integrations.transformers import TrainJobStatusCallback, attach
 from trainjob_status.transport import USER_AGENT
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.devcluster import DevCluster
 
 from .conftest import Pod, stored_status
 from .hf_trainer import ShellTrainer, arguments

@@ -1,4 +1,4 @@
-"""``make demo`` on a fresh machine: it installs the server's dependencies only, runs
+"""``make demo`` on a fresh machine: it installs the three packages only (no test tool), runs
 without any test tool importable, and prints the pod's three variables as ``export``
 lines and a kubectl command, each on one line however narrow the terminal, saying how
 long they work."""
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trainjob_status_server import demo
+from trainjob_devcluster import demo
 
 ROOT = Path(__file__).resolve().parents[2]
 # Importing any of these fails in the demo's process: they come with the test extra only.
@@ -41,12 +41,12 @@ class Refuse:
 
 BLOCKED = set(sys.argv[1].split(","))
 sys.meta_path.insert(0, Refuse())
-from trainjob_status_server.cli import main
+from trainjob_devcluster.cli import main
 main(sys.argv[2:])
 """
 
 
-def test_make_demo_installs_the_server_extra_only(tmp_path: Path) -> None:
+def test_make_demo_installs_the_three_packages_only(tmp_path: Path) -> None:
     make = shutil.which("make")
     if make is None:
         pytest.skip("make is not installed")
@@ -59,8 +59,10 @@ def test_make_demo_installs_the_server_extra_only(tmp_path: Path) -> None:
         timeout=30,
     )
     installs = [line for line in done.stdout.splitlines() if "pip install" in line]
-    assert installs[-1].endswith("pip install --quiet -e '.[server]'"), installs
-    assert "[test]" not in done.stdout
+    assert installs[-1].endswith("pip install --quiet -e ./client -e ./server -e ./devcluster"), (
+        installs
+    )
+    assert "--group" not in done.stdout
 
 
 def test_the_demo_prints_what_a_shell_needs_on_single_lines(tmp_path: Path) -> None:

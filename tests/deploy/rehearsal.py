@@ -24,8 +24,8 @@ from typing import Any
 
 import aiohttp
 
-from trainjob_status_server.devcluster import DevCluster
-from trainjob_status_server.devcluster.kubeconfig import write_kubeconfig
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.kubeconfig import write_kubeconfig
 
 from .rendering import ROOT, Doc
 

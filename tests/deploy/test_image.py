@@ -1,6 +1,7 @@
 """The Dockerfile, without a Docker engine: its invariants (user, ports, entrypoint agree
 with the manifests; no caches, no build tools, offline install), and its own BUILD and
-INSTALL scripts run into a fresh virtualenv, from which the server starts against the
+INSTALL scripts run into a fresh virtualenv, which holds the client and the server and
+nothing of the development cluster, and from which the server starts against the
 devcluster, becomes ready, and stops cleanly on SIGTERM."""
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ import signal
 import socket
 import sys
 import tomllib
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from trainjob_status_server.devcluster import DevCluster
-from trainjob_status_server.devcluster.pki import CertificateAuthority
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.pki import CertificateAuthority
 
 from .rendering import ROOT, one, render
 
@@ -105,8 +107,8 @@ def test_runs_as_the_fixed_user_the_manifests_expect() -> None:
 def test_entrypoint_and_ports_agree_with_the_package_and_the_manifests() -> None:
     (entrypoint,) = RUNTIME.all("ENTRYPOINT")
     assert json.loads(entrypoint) == ["trainjob-status-server", "serve"]
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["trainjob-status-server"] == "trainjob_status_server.cli:main"
+    server = tomllib.loads((ROOT / "server" / "pyproject.toml").read_text())["project"]
+    assert server["scripts"]["trainjob-status-server"] == "trainjob_status_server.cli:main"
     (exposed,) = RUNTIME.all("EXPOSE")
     container = one(render("base"), "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert {int(p) for p in exposed.split()} == {p["containerPort"] for p in container["ports"]}
@@ -137,19 +139,48 @@ def test_the_build_context_is_the_package_only() -> None:
         if line.strip() and not line.startswith("#")
     ]
     assert lines[0] == "*"
-    assert {line for line in lines if line.startswith("!")} == {
-        "!pyproject.toml",
-        "!README.md",
-        "!client/",
-        "!server/",
-    }
+    assert {line for line in lines if line.startswith("!")} == {"!client/", "!server/"}
     for secret in ("**/*.key", "**/*.pem", "**/*.crt", "**/*.kubeconfig"):
         assert secret in lines
     copied = {rest.split()[0] for rest in DF.stages[0].all("COPY")}
-    assert copied == {"pyproject.toml", "client", "server"}
+    assert copied == {"client", "server"}
 
 
 # -- the install steps, for real ---------------------------------------------------------
+
+# The development cluster's package and the dependencies only it uses (multidict is not
+# here: aiohttp needs it too).
+DEVELOPMENT_ONLY = {"trainjob-devcluster", "httptools", "orjson", "uvloop", "cel-python"}
+
+
+def _distribution(wheel: Path) -> str:
+    return wheel.name.split("-")[0].replace("_", "-").lower()
+
+
+def assert_no_development_cluster(wheels: Path, venv: Path) -> None:
+    """Neither the wheels the image installs from, nor what it installed, nor the server
+    wheel's own files and requirements hold anything of the development cluster."""
+    built = {_distribution(w) for w in wheels.glob("*.whl")}
+    assert {"trainjob-status", "trainjob-status-server"} <= built
+    assert built.isdisjoint(DEVELOPMENT_ONLY), built & DEVELOPMENT_ONLY
+    (server_wheel,) = wheels.glob("trainjob_status_server-*.whl")
+    with zipfile.ZipFile(server_wheel) as archive:
+        names = archive.namelist()
+        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        requires = [
+            line.split(":", 1)[1].strip()
+            for line in archive.read(metadata).decode().splitlines()
+            if line.startswith("Requires-Dist:")
+        ]
+    assert all(n.startswith(("trainjob_status_server/", "trainjob_status_server-")) for n in names)
+    assert not any("devcluster" in n for n in names), [n for n in names if "devcluster" in n]
+    required = {re.split(r"[\s\[<>=!;~]", r, maxsplit=1)[0].lower() for r in requires}
+    assert required.isdisjoint(DEVELOPMENT_ONLY), required & DEVELOPMENT_ONLY
+    (site,) = venv.glob("lib/python3.*/site-packages")
+    installed = {d.name.split("-")[0].replace("_", "-").lower() for d in site.glob("*.dist-info")}
+    assert {"trainjob-status", "trainjob-status-server"} <= installed
+    assert installed.isdisjoint(DEVELOPMENT_ONLY), installed & DEVELOPMENT_ONLY
+    assert not (site / "trainjob_devcluster").exists()
 
 
 def free_port() -> int:
@@ -181,8 +212,6 @@ async def test_the_image_install_steps_give_a_server_that_runs(
     src = tmp_path / "src"
     src.mkdir()
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
     for name in ("client", "server"):
         shutil.copytree(ROOT / name, src / name, ignore=ignore)
     # `python` is a Python 3.11, as in the image; nothing else leaks in from our env.
@@ -203,6 +232,7 @@ async def test_the_image_install_steps_give_a_server_that_runs(
     await run_script("BUILD", src, env)
     await run_script("INSTALL", src, env)
     assert not (venv / "bin" / "pip").exists()  # the installer is gone
+    assert_no_development_cluster(tmp_path / "wheels", venv)
 
     ca = CertificateAuthority()
     cert_pem, key_pem = ca.issue_server_cert(["localhost"], ["127.0.0.1"])

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
+from trainjob_devcluster import DevCluster
 from trainjob_status_server import certs, injection, webhook
 from trainjob_status_server.cli import build_parser
 from trainjob_status_server.config import from_args
-from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.injection import Selector, Target
 
 from .rendering import MANIFESTS, OVERLAYS, ROOT, TARGETS, Doc, combinations, names, one, render
@@ -257,7 +257,7 @@ def test_the_kubeflow_overlay_carries_kubeflows_labels() -> None:
 
 
 def test_the_image_is_pinned_and_an_images_entry_overrides_it() -> None:
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    version = tomllib.loads((ROOT / "server" / "pyproject.toml").read_text())["project"]["version"]
     for overlay in OVERLAYS:
         assert server(render(overlay))["image"] == f"trainjob-status:{version}"
     custom = "registry.example.com/ml/trainjob-status:2.0.1"

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.kubeconfig import write_kubeconfig
 from trainjob_status_server import certs, pki
 from trainjob_status_server.cadistribution import CADistribution
 from trainjob_status_server.certs import CertBootstrap, CertSettings
-from trainjob_status_server.devcluster import DevCluster
-from trainjob_status_server.devcluster.kubeconfig import write_kubeconfig
 from trainjob_status_server.kube.cache import WatchCache
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.kube.errors import KubeError

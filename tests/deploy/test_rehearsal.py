@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from trainjob_status_server.devcluster import DevCluster
+from trainjob_devcluster import DevCluster
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.kube.resources import PODS
 

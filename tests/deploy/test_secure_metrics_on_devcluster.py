@@ -15,12 +15,12 @@ import aiohttp
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_devcluster.kubeconfig import write_kubeconfig
+from trainjob_devcluster.pki import CertificateAuthority
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.auth.testing import AcceptAll
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
-from trainjob_status_server.devcluster.kubeconfig import write_kubeconfig
-from trainjob_status_server.devcluster.pki import CertificateAuthority
 
 from .rendering import render
 from .test_rbac_on_devcluster import PLURALS

@@ -5,7 +5,7 @@ from typing import Any
 import aiohttp
 import pytest_asyncio
 
-from trainjob_status_server.devcluster import DevCluster
+from trainjob_devcluster import DevCluster
 
 TJ = "/apis/trainer.kubeflow.org/v1alpha1"
 

@@ -13,10 +13,10 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from trainjob_status_server.devcluster import DevCluster
-from trainjob_status_server.devcluster.admission import rule_matches, selects
-from trainjob_status_server.devcluster.pki import CertificateAuthority
-from trainjob_status_server.devcluster.resources import default_resources
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.admission import rule_matches, selects
+from trainjob_devcluster.pki import CertificateAuthority
+from trainjob_devcluster.resources import default_resources
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.kube.errors import KubeError
 from trainjob_status_server.kube.resources import PODS

@@ -12,19 +12,19 @@ from typing import Any
 
 import pytest
 
-from trainjob_status_server.devcluster.apply import LAST_APPLIED, server_side_apply
-from trainjob_status_server.devcluster.fieldmanager import (
+from trainjob_devcluster.apply import LAST_APPLIED, server_side_apply
+from trainjob_devcluster.fieldmanager import (
     manager_from_user_agent,
     track_update,
 )
-from trainjob_status_server.devcluster.fieldsets import FieldSet, path_string
-from trainjob_status_server.devcluster.gofmt import go_float, go_json, go_sharp_v
-from trainjob_status_server.devcluster.resources import (
+from trainjob_devcluster.fieldsets import FieldSet, path_string
+from trainjob_devcluster.gofmt import go_float, go_json, go_sharp_v
+from trainjob_devcluster.resources import (
     ResourceType,
     load_trainjob_crd,
     resource_from_crd,
 )
-from trainjob_status_server.devcluster.status import ApiError
+from trainjob_devcluster.status import ApiError
 
 GV = "trainer.kubeflow.org/v1alpha1"
 T24 = "2026-12-02T18:33:24Z"

@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from trainjob_status_server.devcluster import discovery
-from trainjob_status_server.devcluster.discovery import (
+from trainjob_devcluster import discovery
+from trainjob_devcluster.discovery import (
     AGGREGATED_V2,
     AGGREGATED_V2BETA1,
     JSON,
@@ -11,7 +11,7 @@ from trainjob_status_server.devcluster.discovery import (
     discover,
     negotiate,
 )
-from trainjob_status_server.devcluster.resources import (
+from trainjob_devcluster.resources import (
     ResourceType,
     default_resources,
     load_trainjob_crd,

@@ -18,33 +18,33 @@ from typing import Any
 
 import pytest
 
-from trainjob_status_server.devcluster import (
+from trainjob_devcluster import (
     fieldmanager,
     fieldsets,
     objects,
     schema,
     store,
 )
-from trainjob_status_server.devcluster.faults import RequestInfo
-from trainjob_status_server.devcluster.fieldmanager import decode_managed_fields
-from trainjob_status_server.devcluster.fieldsets import FieldSet, decode_fields_v1
-from trainjob_status_server.devcluster.resources import (
+from trainjob_devcluster.faults import RequestInfo
+from trainjob_devcluster.fieldmanager import decode_managed_fields
+from trainjob_devcluster.fieldsets import FieldSet, decode_fields_v1
+from trainjob_devcluster.resources import (
     default_resources,
     load_trainjob_crd,
     resource_from_crd,
 )
-from trainjob_status_server.devcluster.rest import Call, ResourceApi
-from trainjob_status_server.devcluster.schema import StructuralSchema
-from trainjob_status_server.devcluster.selectors import (
+from trainjob_devcluster.rest import Call, ResourceApi
+from trainjob_devcluster.schema import StructuralSchema
+from trainjob_devcluster.selectors import (
     parse_field_selector,
     parse_label_selector,
     pinned_value,
 )
-from trainjob_status_server.devcluster.status import ApiError
-from trainjob_status_server.devcluster.store import Event, Store, dumps, dumps_object
-from trainjob_status_server.devcluster.typed import root_type, typed_errors
-from trainjob_status_server.devcluster.typedfields import fitted_field_set, to_field_set
-from trainjob_status_server.devcluster.typedops import compare, json_equal, merge
+from trainjob_devcluster.status import ApiError
+from trainjob_devcluster.store import Event, Store, dumps, dumps_object
+from trainjob_devcluster.typed import root_type, typed_errors
+from trainjob_devcluster.typedfields import fitted_field_set, to_field_set
+from trainjob_devcluster.typedops import compare, json_equal, merge
 
 from . import reference_walks as ref
 from .fastpath_inputs import GV, WIDGET, changed, value_for

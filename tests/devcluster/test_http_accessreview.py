@@ -4,7 +4,7 @@ refuses them."""
 
 from typing import Any
 
-from trainjob_status_server.devcluster import DevCluster
+from trainjob_devcluster import DevCluster
 
 from .conftest import Api
 

@@ -2,8 +2,8 @@
 
 import asyncio
 
-from trainjob_status_server.devcluster import DevCluster
-from trainjob_status_server.devcluster.faults import Faults, RequestInfo
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.faults import Faults, RequestInfo
 
 from .conftest import TJ, Api
 

@@ -4,7 +4,7 @@ options do not go together."""
 
 from typing import Any
 
-from trainjob_status_server.devcluster import DevCluster
+from trainjob_devcluster import DevCluster
 
 from .conftest import TJ, Api
 

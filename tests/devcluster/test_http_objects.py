@@ -3,7 +3,7 @@ optimistic concurrency and validation, with the real API server's answers pinned
 
 from typing import Any
 
-from trainjob_status_server.devcluster import DevCluster
+from trainjob_devcluster import DevCluster
 
 from .conftest import TJ, Api
 

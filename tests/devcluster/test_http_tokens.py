@@ -5,7 +5,7 @@ import base64
 import json
 from typing import Any
 
-from trainjob_status_server.devcluster import DevCluster
+from trainjob_devcluster import DevCluster
 
 from .conftest import TJ, Api
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from trainjob_status_server.devcluster import DevCluster, httpserver
+from trainjob_devcluster import DevCluster, httpserver
 
 from .conftest import TJ
 

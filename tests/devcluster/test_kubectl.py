@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from trainjob_status_server.devcluster import DevCluster
+from trainjob_devcluster import DevCluster
 
 pytestmark = [
     pytest.mark.kubectl,

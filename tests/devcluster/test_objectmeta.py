@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from trainjob_status_server.devcluster.objectmeta import validate_name
-from trainjob_status_server.devcluster.status import Cause
+from trainjob_devcluster.objectmeta import validate_name
+from trainjob_devcluster.status import Cause
 
 SUBDOMAIN_MSG = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "

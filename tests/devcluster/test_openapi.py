@@ -4,9 +4,9 @@ import hashlib
 import json
 from typing import Any
 
-from trainjob_status_server.devcluster import openapi
-from trainjob_status_server.devcluster.openapi import META, OpenApiDocuments, Served
-from trainjob_status_server.devcluster.resources import (
+from trainjob_devcluster import openapi
+from trainjob_devcluster.openapi import META, OpenApiDocuments, Served
+from trainjob_devcluster.resources import (
     ResourceType,
     load_trainjob_crd,
     resource_from_crd,

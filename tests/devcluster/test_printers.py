@@ -5,9 +5,9 @@ from typing import Any
 
 import pytest
 
-from trainjob_status_server.devcluster import printers
-from trainjob_status_server.devcluster.printers import custom_cell, human_duration, jsonpath, table
-from trainjob_status_server.devcluster.resources import (
+from trainjob_devcluster import printers
+from trainjob_devcluster.printers import custom_cell, human_duration, jsonpath, table
+from trainjob_devcluster.resources import (
     ResourceType,
     load_trainjob_crd,
     resource_from_crd,

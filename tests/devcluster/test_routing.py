@@ -1,9 +1,9 @@
 from multidict import MultiDict, MultiDictProxy
 
-from trainjob_status_server.devcluster import routing
-from trainjob_status_server.devcluster.faults import RequestInfo
-from trainjob_status_server.devcluster.resources import default_resources
-from trainjob_status_server.devcluster.routing import Registry, route
+from trainjob_devcluster import routing
+from trainjob_devcluster.faults import RequestInfo
+from trainjob_devcluster.resources import default_resources
+from trainjob_devcluster.routing import Registry, route
 
 TJ = "/apis/trainer.kubeflow.org/v1alpha1"
 

@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from trainjob_status_server.devcluster.schema import NOT_CHECKED, StructuralSchema
-from trainjob_status_server.devcluster.schemaformats import (
+from trainjob_devcluster.schema import NOT_CHECKED, StructuralSchema
+from trainjob_devcluster.schemaformats import (
     go_float,
     go_quote,
     go_value,
     is_date_time,
 )
-from trainjob_status_server.devcluster.schemanode import same
+from trainjob_devcluster.schemanode import same
 
 WIDGET_SCHEMA: dict[str, Any] = {
     "type": "object",

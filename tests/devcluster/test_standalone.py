@@ -1,4 +1,4 @@
-"""``trainjob-status-server devcluster`` as a process: it serves on uvloop (with the loop's
+"""``trainjob-devcluster serve`` as a process: it serves on uvloop (with the loop's
 own TLS), watches and writes work through it, and SIGTERM removes its kubeconfig."""
 
 import asyncio
@@ -15,7 +15,7 @@ import pytest
 import uvloop
 import yaml
 
-from trainjob_status_server.devcluster.httpserver import layers_tls_itself
+from trainjob_devcluster.httpserver import layers_tls_itself
 
 from .conftest import TJ
 
@@ -35,8 +35,8 @@ async def start(kubeconfig: Path) -> tuple[asyncio.subprocess.Process, dict[str,
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "trainjob_status_server.cli",
-        "devcluster",
+        "trainjob_devcluster.cli",
+        "serve",
         "--port",
         "0",
         "--kubeconfig-out",

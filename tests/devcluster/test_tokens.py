@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from trainjob_status_server.devcluster.signing import b64url
-from trainjob_status_server.devcluster.status import ApiError
-from trainjob_status_server.devcluster.tokens import (
+from trainjob_devcluster.signing import b64url
+from trainjob_devcluster.status import ApiError
+from trainjob_devcluster.tokens import (
     SigningKeys,
     TokenIssuer,
     check_target,

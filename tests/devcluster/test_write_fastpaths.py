@@ -18,34 +18,34 @@ from typing import Any
 
 import pytest
 
-from trainjob_status_server.devcluster.apply import (
+from trainjob_devcluster.apply import (
     _reset,
     drop_emptied,
     status_left_to,
     take_over,
 )
-from trainjob_status_server.devcluster.faults import RequestInfo
-from trainjob_status_server.devcluster.fieldmanager import (
+from trainjob_devcluster.faults import RequestInfo
+from trainjob_devcluster.fieldmanager import (
     APPLY,
     UPDATE,
     Managed,
     ManagerKey,
     VersionedSet,
 )
-from trainjob_status_server.devcluster.fieldsets import FieldSet
-from trainjob_status_server.devcluster.leafchecks import quick_check
-from trainjob_status_server.devcluster.resources import (
+from trainjob_devcluster.fieldsets import FieldSet
+from trainjob_devcluster.leafchecks import quick_check
+from trainjob_devcluster.resources import (
     default_resources,
     load_trainjob_crd,
     resource_from_crd,
 )
-from trainjob_status_server.devcluster.rest import Call, ResourceApi
-from trainjob_status_server.devcluster.schema import StructuralSchema
-from trainjob_status_server.devcluster.schemanode import Node
-from trainjob_status_server.devcluster.status import ApiError
-from trainjob_status_server.devcluster.store import Store
-from trainjob_status_server.devcluster.typed import root_type
-from trainjob_status_server.devcluster.typedops import compare
+from trainjob_devcluster.rest import Call, ResourceApi
+from trainjob_devcluster.schema import StructuralSchema
+from trainjob_devcluster.schemanode import Node
+from trainjob_devcluster.status import ApiError
+from trainjob_devcluster.store import Store
+from trainjob_devcluster.typed import root_type
+from trainjob_devcluster.typedops import compare
 
 from . import reference_walks as ref
 from .fastpath_inputs import WIDGET, changed, value_for

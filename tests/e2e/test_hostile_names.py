@@ -12,7 +12,7 @@ import aiohttp
 import pytest_asyncio
 from aiohttp import web
 
-from trainjob_status_server.devcluster import DevCluster
+from trainjob_devcluster import DevCluster
 from trainjob_status_server.exporter import Exporter
 
 from .conftest import Prometheus, Stack, eventually

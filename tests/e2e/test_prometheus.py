@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from trainjob_status_server.devcluster import DevCluster
+from trainjob_devcluster import DevCluster
 
 from .conftest import DASHBOARD, JOB, Prometheus, Stack, eventually, load_rules
 

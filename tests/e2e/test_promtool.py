@@ -9,7 +9,7 @@ from pathlib import Path
 
 import aiohttp
 
-from trainjob_status_server.devcluster import DevCluster
+from trainjob_devcluster import DevCluster
 
 from .conftest import RULES, Stack, eventually
 

@@ -15,11 +15,11 @@ import pytest
 import pytest_asyncio
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_devcluster.pki import CertificateAuthority
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.auth.testing import AcceptAll
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
-from trainjob_status_server.devcluster.pki import CertificateAuthority
 
 NS = "team-a"
 GROUP = "trainer.kubeflow.org"

@@ -17,12 +17,12 @@ import pytest
 import pytest_asyncio
 from prometheus_client import REGISTRY
 
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_status_server import injection
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.auth.testing import AcceptAll
 from trainjob_status_server.budgets import BUDGET_SPENT_MESSAGE, Budgets, unavailable_for
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.kube.errors import KubeBudgetExhausted, KubeUnavailable
 from trainjob_status_server.kube.ratelimit import TokenBucket

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pytest
 import pytest_asyncio
 
+from trainjob_devcluster import DevCluster
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
 
 from .conftest import ServingCerts
 from .test_auth_support import (

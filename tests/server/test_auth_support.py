@@ -24,10 +24,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from prometheus_client import REGISTRY
 
+from trainjob_devcluster import DevCluster
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth import AuthSettings, TokenAuthenticator
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.kube.client import KubeClient
 
 from .conftest import GROUP, ServingCerts, settled, status_path

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest_asyncio
 
+from trainjob_devcluster import DevCluster
 from trainjob_status_server import pki
 from trainjob_status_server.cadistribution import LABELS, CADistribution
-from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.kube.cache import WatchCache
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.kube.resources import TRAINJOBS

@@ -19,9 +19,9 @@ import pytest_asyncio
 from aiohttp import web
 from cryptography import x509
 
+from trainjob_devcluster import DevCluster
 from trainjob_status_server import certs, pki
 from trainjob_status_server.certs import CertBootstrap, CertSettings, WebhookCABundle
-from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.tls import ReloadingTLS
 

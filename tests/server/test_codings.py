@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from trainjob_devcluster import DevCluster
 from trainjob_status_server.codings import (
     CodingError,
     Decoder,
@@ -19,7 +20,6 @@ from trainjob_status_server.codings import (
     UnsupportedCoding,
     body_coding,
 )
-from trainjob_status_server.devcluster import DevCluster
 
 from .conftest import GROUP, NS, Poster, status_path
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.auth.testing import AcceptAll
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
 
 from .conftest import GROUP, NS, Poster, ServingCerts, status_path, with_changes
 

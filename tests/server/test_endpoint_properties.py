@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_devcluster.schema import StructuralSchema
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.auth.testing import AcceptAll
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
-from trainjob_status_server.devcluster.schema import StructuralSchema
 
 from .conftest import GROUP, NS, ServingCerts, status_path
 
@@ -104,7 +104,7 @@ class Harness:
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    from trainjob_status_server.devcluster.pki import CertificateAuthority
+    from trainjob_devcluster.pki import CertificateAuthority
 
     directory = tmp_path_factory.mktemp("tls")
     certs = ServingCerts(CertificateAuthority(), directory / "tls.crt", directory / "tls.key")

@@ -21,8 +21,8 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from trainjob_devcluster import DevCluster
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.exporter import Exporter, server_registry
 from trainjob_status_server.series import ESTIMATED_REMAINING, LAST_UPDATE, METRIC, PROGRESS
 

@@ -24,7 +24,7 @@ import pytest_asyncio
 import yaml
 from rich.console import Console
 
-from trainjob_status_server.devcluster import DevCluster
+from trainjob_devcluster import DevCluster
 from trainjob_status_server.kube import KubeClient
 from trainjob_status_server.kube.errors import KubeError, KubeUnavailable
 from trainjob_status_server.kubectl_trainjob.command import kubeconfig_file

@@ -11,9 +11,9 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+from trainjob_devcluster import DevCluster
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.series import LAST_UPDATE, METRIC
 
 from .conftest import NS, Poster, with_changes

@@ -23,10 +23,10 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.auth.testing import AcceptAll
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.exporter import Exporter
 from trainjob_status_server.series import LAST_UPDATE, METRIC, exportable, parse_number
 
@@ -155,7 +155,7 @@ def iso(seconds: float) -> str:
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    from trainjob_status_server.devcluster.pki import CertificateAuthority
+    from trainjob_devcluster.pki import CertificateAuthority
 
     directory = tmp_path_factory.mktemp("tls")
     certs = ServingCerts(CertificateAuthority(), directory / "tls.crt", directory / "tls.key")

@@ -12,8 +12,8 @@ import aiohttp
 import pytest_asyncio
 from prometheus_client import CollectorRegistry, generate_latest
 
+from trainjob_devcluster import DevCluster
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.exporter import Exporter
 from trainjob_status_server.series import CONDITION, INFO, LAST_UPDATE, PROGRESS
 

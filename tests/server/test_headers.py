@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from trainjob_status_server.devcluster import DevCluster
+from trainjob_devcluster import DevCluster
 
 from .conftest import NS, Poster, status_path
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from trainjob_status_server.devcluster import DevCluster
+from trainjob_devcluster import DevCluster
 from trainjob_status_server.kube import (
     PODS,
     TRAINJOBS,

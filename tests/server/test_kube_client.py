@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from trainjob_status_server.devcluster import DevCluster
-from trainjob_status_server.devcluster.kubeconfig import write_kubeconfig
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.kubeconfig import write_kubeconfig
 from trainjob_status_server.kube import (
     TRAINJOBS,
     KubeClient,

@@ -14,10 +14,10 @@ import pytest
 import pytest_asyncio
 from prometheus_client import REGISTRY
 
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.auth.testing import AcceptAll
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.listener import FirstRequestDeadline
 
 from .conftest import GROUP, NS, ServingCerts, status_path, with_changes

@@ -14,10 +14,10 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.auth.testing import AcceptAll
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
 
 from .conftest import ServingCerts, with_changes
 

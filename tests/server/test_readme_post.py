@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from trainjob_status_server.devcluster import DevCluster
+from trainjob_devcluster import DevCluster
 
 from .conftest import NS, Poster
 

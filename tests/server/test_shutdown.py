@@ -10,9 +10,9 @@ import signal
 import aiohttp
 import pytest
 
-from trainjob_status_server.auth.testing import AcceptAll
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.running import serve_until_signalled
 
 from .conftest import NS, ServingCerts, status_path, with_changes

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainjob_status_server.devcluster.resources import load_trainjob_crd, resource_from_crd
-from trainjob_status_server.devcluster.schema import StructuralSchema
-from trainjob_status_server.devcluster.status import Cause as DevCause
-from trainjob_status_server.devcluster.status import invalid
+from trainjob_devcluster.resources import load_trainjob_crd, resource_from_crd
+from trainjob_devcluster.schema import StructuralSchema
+from trainjob_devcluster.status import Cause as DevCause
+from trainjob_devcluster.status import invalid
 from trainjob_status_server.validation import (
     GROUP,
     MAX_AHEAD,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from trainjob_devcluster import DevCluster
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.views import pod_view, trainjob_view, written_view
 
 from .conftest import NS, Poster

@@ -16,9 +16,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import REGISTRY
 
+from trainjob_devcluster import DevCluster
 from trainjob_status_server import injection
 from trainjob_status_server.app import TRAINJOB_ABSENT_SECONDS
-from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.injection import Selector, Target
 from trainjob_status_server.kube.backoff import Backoff
 from trainjob_status_server.kube.cache import DEFAULT_BACKOFF, WatchCache

@@ -22,13 +22,13 @@ import aiohttp
 import pytest_asyncio
 from aiohttp import web
 
+from trainjob_devcluster import DevCluster
 from trainjob_status_server import certs, injection
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth import AuthSettings, TokenAuthenticator
 from trainjob_status_server.cadistribution import CADistribution
 from trainjob_status_server.certs import CertBootstrap, CertSettings, WebhookCABundle
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.webhook import INJECT_PATH, InjectorSettings, JobSetSteps, PodInjector
 

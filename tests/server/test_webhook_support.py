@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from trainjob_status_server.devcluster.patches import PatchError, json_patch
+from trainjob_devcluster.patches import PatchError, json_patch
 from trainjob_status_server.kube.client import KubeClient
 
 NS = "team-a"

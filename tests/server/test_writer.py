@@ -14,8 +14,9 @@ import aiohttp
 import pytest_asyncio
 from prometheus_client import REGISTRY
 
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.auth.testing import AcceptAll
 from trainjob_status_server.coalescing import (
     FirstSeen,
     Schedule,
@@ -28,7 +29,6 @@ from trainjob_status_server.coalescing import (
     writes_in_flight,
 )
 from trainjob_status_server.config import Config
-from trainjob_status_server.devcluster import DevCluster
 from trainjob_status_server.validation import EncodedStatus
 from trainjob_status_server.writer import CoalescingWriter
 

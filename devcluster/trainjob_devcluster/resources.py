@@ -72,7 +72,7 @@ def _core(kind: str, plural: str, *, namespaced: bool = True, **kw: Any) -> Reso
 def load_crd(filename: str) -> dict[str, Any]:
     """A CustomResourceDefinition document shipped in ``devcluster/crds``."""
     text = (
-        resources.files("trainjob_status_server.devcluster")
+        resources.files("trainjob_devcluster")
         .joinpath("crds", filename)
         .read_text(encoding="utf-8")
     )

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from trainjob_status_server.devcluster.resources import ResourceType
+from trainjob_devcluster.resources import ResourceType
 
 Column = dict[str, Any]
 Row = list[Any]

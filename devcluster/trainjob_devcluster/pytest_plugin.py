@@ -1,6 +1,6 @@
 """The ``devcluster`` pytest fixture: a fresh development cluster per test.
 
-Enable with ``pytest_plugins = ["trainjob_status_server.devcluster.pytest_plugin"]``.
+Enable with ``pytest_plugins = ["trainjob_devcluster.pytest_plugin"]``.
 """
 
 from __future__ import annotations

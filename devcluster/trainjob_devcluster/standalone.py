@@ -1,4 +1,4 @@
-"""``trainjob-status-server devcluster``: serve until interrupted."""
+"""``trainjob-devcluster serve``: serve until interrupted."""
 
 from __future__ import annotations
 

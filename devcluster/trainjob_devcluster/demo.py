@@ -1,4 +1,4 @@
-"""``trainjob-status-server demo``: the whole path on one machine, in about 30 seconds.
+"""``trainjob-devcluster demo``: the whole path on one machine, in about 30 seconds.
 
 A development cluster, a TrainJob and its pod, a CA and serving certificate, the server
 with real token verification, and a simulated training loop that reports through the
@@ -24,13 +24,14 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .app import StatusServer
-from .auth.verifier import AuthSettings, TokenAuthenticator
-from .config import Config
-from .devcluster import DevCluster
-from .devcluster.pki import CertificateAuthority
-from .injection import CA_CERT_ENV, TOKEN_ENV, URL_ENV
-from .kube.resources import TRAINJOBS
+from trainjob_status_server.app import StatusServer
+from trainjob_status_server.auth.verifier import AuthSettings, TokenAuthenticator
+from trainjob_status_server.config import Config
+from trainjob_status_server.injection import CA_CERT_ENV, TOKEN_ENV, URL_ENV
+from trainjob_status_server.kube.resources import TRAINJOBS
+
+from . import DevCluster
+from .pki import CertificateAuthority
 
 NAMESPACE = "demo"
 TRAINJOB = "mnist"

@@ -5,7 +5,7 @@ Nothing in ``serve`` imports this module; no flag or environment variable select
 
 from __future__ import annotations
 
-from .authenticator import Identity
+from trainjob_status_server.auth.authenticator import Identity
 
 
 class AcceptAll:

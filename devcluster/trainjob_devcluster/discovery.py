@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trainjob_status_server.devcluster.resources import ResourceType
+from trainjob_devcluster.resources import ResourceType
 
 JSON = "application/json"
 AGGREGATED_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"

@@ -21,13 +21,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainjob_status_server.devcluster.discovery import (
+from trainjob_devcluster.discovery import (
     SUBRESOURCES,
     Subresource,
     media_ranges,
     version_info,
 )
-from trainjob_status_server.devcluster.resources import ResourceType
+from trainjob_devcluster.resources import ResourceType
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1."
 _REF = "#/components/schemas/"
