@@ -15,13 +15,14 @@ from aiohttp import web
 
 from . import certs, errors
 from .auth import Authenticator, TokenAuthenticator
-from .budgets import Budgets, unavailable_for
+from .budgets import Budgets
 from .cadistribution import CADistribution
 from .certs import CertBootstrap, CertSettings, WebhookCABundle
 from .coalescing import writes_in_flight
 from .config import Config
 from .endpoint import STATUS_PATH, StatusEndpoint
 from .exporter import Exporter
+from .failures import Unavailable
 from .injection import Selector, Target
 from .kube.cache import WatchCache
 from .kube.client import KubeClient
@@ -144,7 +145,7 @@ class StatusServer:
         try:
             return await self.trainjobs.get_or_fetch(namespace, name) is not None
         except KubeUnavailable as exc:
-            raise unavailable_for(exc) from exc
+            raise Unavailable.of(exc) from exc
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         return errors.Answer(text="ok")

@@ -12,19 +12,17 @@ Who spends what (none can starve another, each has its own qps/burst flags):
 
 A call made for a request (a post's look-up, a direct write, a TokenReview, a pod
 fetch) waits for its bucket at most ``--kube-api-timeout``; one that would wait longer
-is refused at once and the post answered 503 with a Retry-After of that wait. The
-coalescing writer is no request: its writes wait their turn in the ``writes`` bucket.
+is refused at once (``KubeBudgetExhausted``) and the post answered 503 with a
+Retry-After of that wait (``errors.answer_for``). The coalescing writer is no request:
+its writes wait their turn in the ``writes`` bucket.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import errors
 from .kube.client import KubeClient
-from .kube.errors import KubeBudgetExhausted, KubeUnavailable
 
 if TYPE_CHECKING:
     from .config import Config
@@ -58,22 +56,3 @@ class Budgets:
                 "auth", qps=config.kube_auth_qps, burst=config.kube_auth_burst, max_wait=deadline
             ),
         )
-
-
-BUDGET_SPENT_MESSAGE = "The Kubernetes API budget is spent: retry later"
-
-
-def unavailable_for(exc: KubeUnavailable) -> errors.StatusError:
-    """The 503 a post gets when a call it needed was not answered, or was not sent
-    because its budget was spent (then the message says so and Retry-After is the
-    budget's wait, in whole seconds and never 0: 0 invites a hot retry)."""
-    if isinstance(exc, KubeBudgetExhausted):
-        seconds = max(1, math.ceil(exc.retry_after))
-        return errors.StatusError(
-            503,
-            "ServiceUnavailable",
-            BUDGET_SPENT_MESSAGE,
-            details={"retryAfterSeconds": seconds},
-            headers={"Retry-After": str(seconds)},
-        )
-    return errors.unavailable()

@@ -1,7 +1,8 @@
 """The status endpoint: the request path of DESIGN.md's data flow, top to bottom.
 
 It decides nothing itself: sizes, identities, payload rules and write outcomes come from
-the components and pure functions it calls.
+the components and pure functions it calls, and their refusals (``failures.Failure``)
+are answered by the middleware through ``errors.answer_for``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from aiohttp import web
 from . import codings, errors, validation
 from .auth import Authenticator
 from .config import MAX_BODY_BYTES
-from .middleware import TRAINJOB
+from .failures import TrainJobNotFound
+from .middleware import POSTER, TRAINJOB
 from .validation import EncodedStatus
 
 STATUS_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
@@ -55,19 +57,16 @@ class StatusEndpoint:
             coding = codings.body_coding(request.headers.get("Content-Encoding"))
         except codings.UnsupportedCoding as exc:
             raise errors.unsupported_coding(str(exc), codings.ACCEPTED) from None
-        await self.authenticator.authenticate(request.headers.get("Authorization"), namespace, name)
+        request[POSTER] = await self.authenticator.authenticate(
+            request.headers.get("Authorization"), namespace, name
+        )
         raw = await read_body(request, MAX_BODY_BYTES, self.read_timeout, coding)
-        try:
-            payload = validation.decode_payload(raw)
-            update = validation.parse_trainer_status(payload, trainjob=name, received=received)
-        except validation.PayloadError as exc:
-            raise errors.invalid_payload(exc.detail) from exc
-        except validation.ValidationFailed as exc:
-            raise errors.invalid_trainjob(name, exc.message, exc.causes) from exc
+        payload = validation.decode_payload(raw)
+        update = validation.parse_trainer_status(payload, trainjob=name, received=received)
         if update is None:
             return json_response({})
         if not await self.trainjob_exists(namespace, name):
-            raise errors.trainjob_not_found()
+            raise TrainJobNotFound()
         encoded = update.encoded(received)
         await self.write(namespace, name, encoded)
         # The JSON the update is written with, echoed as it is.

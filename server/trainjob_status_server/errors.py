@@ -3,17 +3,34 @@
 The peer (Kubeflow Trainer's status server) answers ``{"status": "Failure", "message",
 "reason", "code"}``; we add ``kind`` and ``apiVersion`` as the API server does. Clients
 depend on ``code``, ``reason`` and ``message`` only.
+
+Domain code raises a ``failures.Failure`` (those of ``failures.py``, ``AuthFailure``, the
+payload errors of ``validation.py``) and ``answer_for`` turns it into its answer; the HTTP
+plumbing (routing, body limits, content codings, the parser) raises its own answers,
+built below.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 
-from .validation import Cause
+from .auth.failures import AuthFailure
+from .failures import (
+    AccessDenied,
+    Failure,
+    Invalid,
+    RateLimited,
+    TrainJobNotFound,
+    Unauthenticated,
+    Unavailable,
+    WriteFailed,
+)
+from .validation import PayloadError, ValidationFailed
 
 
 class Answer(web.Response):
@@ -28,7 +45,8 @@ class Answer(web.Response):
 
 
 class StatusError(Exception):
-    """An answer that is a failure: raise it anywhere on the request path."""
+    """A failure answer as a ``metav1.Status``: the HTTP plumbing raises it; domain code
+    raises a ``failures.Failure`` instead, which ``answer_for`` turns into one."""
 
     def __init__(
         self,
@@ -69,13 +87,41 @@ class StatusError(Exception):
         )
 
 
+BUDGET_SPENT_MESSAGE = "The Kubernetes API budget is spent: retry later"
+
+
+def answer_for(failure: Failure) -> StatusError:
+    """The answer to a request refused (or not decided) for ``failure``."""
+    if isinstance(failure, AuthFailure):
+        # Generic: the same for every reason with this code; the reason goes to the log.
+        return _forbidden() if failure.forbidden else _unauthorized()
+    if isinstance(failure, Unavailable):
+        return _unavailable(failure.budget_wait)
+    if isinstance(failure, RateLimited):
+        return _too_many_requests(failure.retry_after)
+    if isinstance(failure, PayloadError):
+        return StatusError(422, "Invalid", failure.message)
+    if isinstance(failure, ValidationFailed):
+        return _invalid_trainjob(failure)
+    if isinstance(failure, TrainJobNotFound):
+        return StatusError(404, "NotFound", "Train job not found")
+    if isinstance(failure, Invalid):
+        return StatusError(422, "Invalid", failure.message, details=failure.details)
+    if isinstance(failure, Unauthenticated):
+        return _unauthorized()
+    if isinstance(failure, AccessDenied):
+        return _access_denied(failure)
+    if isinstance(failure, WriteFailed):
+        return internal_error()
+    raise TypeError(f"no answer for {type(failure).__name__}")
+
+
+# -- answers of the HTTP plumbing ------------------------------------------------------------
+
+
 def not_found() -> StatusError:
     """Any path or method other than POST on the status path (the peer's catch-all)."""
     return StatusError(404, "NotFound", "Not found")
-
-
-def trainjob_not_found() -> StatusError:
-    return StatusError(404, "NotFound", "Train job not found")
 
 
 def payload_too_large() -> StatusError:
@@ -96,45 +142,43 @@ def request_timeout() -> StatusError:
     return StatusError(408, "Timeout", "Request body not received in time")
 
 
-def invalid_payload(detail: str) -> StatusError:
-    return StatusError(422, "Invalid", f"Invalid payload: {detail}")
+def headers_too_large() -> StatusError:
+    return StatusError(431, "RequestHeaderFieldsTooLarge", "Request header fields too large")
 
 
-def invalid_trainjob(name: str, message: str, causes: Sequence[Cause]) -> StatusError:
-    """A CRD violation, worded as the API server words it."""
-    return StatusError(
-        422,
-        "Invalid",
-        message,
-        details={
-            "name": name,
-            "group": "trainer.kubeflow.org",
-            "kind": "TrainJob",
-            "causes": [{"reason": c.type, "message": c.message, "field": c.field} for c in causes],
-        },
-    )
+def refused_by_aiohttp(code: int, reason: str) -> StatusError:
+    """One of aiohttp's own refusals (e.g. a malformed request line): its code kept."""
+    return StatusError(code, reason, reason)
 
 
-def invalid_from_api(body: Mapping[str, Any]) -> StatusError:
-    """A 422 from the API server, passed through with its message and details."""
-    details = body.get("details")
-    return StatusError(
-        422,
-        "Invalid",
-        str(body.get("message") or "Invalid"),
-        details=details if isinstance(details, Mapping) else None,
-    )
+def handler_timed_out() -> StatusError:
+    return StatusError(504, "Timeout", "Handler timed out")
 
 
-def unauthorized() -> StatusError:
+def internal_error(code: int = 500) -> StatusError:
+    return StatusError(code, "InternalError", "Internal error")
+
+
+# -- how failures are worded -----------------------------------------------------------------
+
+
+def _unauthorized() -> StatusError:
     return StatusError(401, "Unauthorized", "Unauthorized")
 
 
-def forbidden() -> StatusError:
+def _forbidden() -> StatusError:
     return StatusError(403, "Forbidden", "Forbidden")
 
 
-def too_many_requests(retry_after: int) -> StatusError:
+def _access_denied(denied: AccessDenied) -> StatusError:
+    """Worded as the API server words its own 403 for a non-resource URL."""
+    message = f'forbidden: User "{denied.user}" cannot {denied.verb} path "{denied.path}"'
+    if denied.reason:
+        message += f": {denied.reason}"
+    return StatusError(403, "Forbidden", message)
+
+
+def _too_many_requests(retry_after: int) -> StatusError:
     return StatusError(
         429,
         "TooManyRequests",
@@ -144,26 +188,35 @@ def too_many_requests(retry_after: int) -> StatusError:
     )
 
 
-def internal_error() -> StatusError:
-    return StatusError(500, "InternalError", "Internal error")
-
-
-def unavailable(retry_after: int = 1) -> StatusError:
+def _unavailable(budget_wait: float | None) -> StatusError:
+    """A call that was not answered: Retry-After 1. One that was not sent because its
+    budget was spent says so, with the budget's wait as Retry-After, in whole seconds and
+    never 0 (0 invites a hot retry)."""
+    if budget_wait is None:
+        seconds, message = 1, "The Kubernetes API server is unavailable"
+    else:
+        seconds, message = max(1, math.ceil(budget_wait)), BUDGET_SPENT_MESSAGE
     return StatusError(
         503,
         "ServiceUnavailable",
-        "The Kubernetes API server is unavailable",
-        details={"retryAfterSeconds": retry_after},
-        headers={"Retry-After": str(retry_after)},
+        message,
+        details={"retryAfterSeconds": seconds},
+        headers={"Retry-After": str(seconds)},
     )
 
 
-def from_api_error(code: int, body: Mapping[str, Any]) -> StatusError:
-    """What a post answers when its write failed with ``code`` from the API server."""
-    if code == 404:
-        return trainjob_not_found()
-    if code == 422:
-        return invalid_from_api(body)
-    if code in (429, 503, 504):
-        return unavailable()
-    return internal_error()
+def _invalid_trainjob(failed: ValidationFailed) -> StatusError:
+    """A CRD violation, worded as the API server words it."""
+    return StatusError(
+        422,
+        "Invalid",
+        failed.message,
+        details={
+            "name": failed.name,
+            "group": failed.group,
+            "kind": failed.kind,
+            "causes": [
+                {"reason": c.type, "message": c.message, "field": c.field} for c in failed.causes
+            ],
+        },
+    )

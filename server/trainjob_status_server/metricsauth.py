@@ -33,7 +33,7 @@ from . import errors
 from .auth.bearer import bearer_token
 from .auth.failures import AuthFailure
 from .auth.tokenreview import TOKENREVIEWS_PATH
-from .budgets import unavailable_for
+from .failures import AccessDenied, Failure, Unauthenticated, Unavailable
 from .kube.client import KubeClient
 from .kube.errors import KubeBudgetExhausted, KubeError, KubeUnavailable
 
@@ -105,15 +105,12 @@ def judge_access(username: str, answer: Mapping[str, Any]) -> Verdict:
     )
 
 
-def refusal(verdict: Verdict, path: str, verb: str) -> errors.StatusError:
-    """The answer for a verdict that does not allow the request, worded as the API
-    server words its own 403 for a non-resource URL."""
+def refusal(verdict: Verdict, path: str, verb: str) -> Failure:
+    """Why a verdict does not allow the request: no user the API server vouches for, or
+    one RBAC does not allow."""
     if verdict.user is None:
-        return errors.unauthorized()
-    message = f'forbidden: User "{verdict.user}" cannot {verb} path "{path}"'
-    if verdict.reason:
-        message += f": {verdict.reason}"
-    return errors.StatusError(403, "Forbidden", message)
+        return Unauthenticated()
+    return AccessDenied(verdict.user, verb, path, verdict.reason)
 
 
 class VerdictCache:
@@ -171,14 +168,15 @@ class MetricsGuard:
             verdict = await self.verdict(request.headers.get("Authorization"), path, verb)
             if not verdict.allowed:
                 raise refusal(verdict, path, verb)
-        except errors.StatusError as exc:
-            log.info("metrics request refused", extra={"path": path, "code": exc.code})
-            return exc.response()
+        except Failure as failure:
+            answer = errors.answer_for(failure)
+            log.info("metrics request refused", extra={"path": path, "code": answer.code})
+            return answer.response()
         return await handler(request)
 
     async def verdict(self, header: str | None, path: str, verb: str) -> Verdict:
-        """The verdict for a request with this Authorization header; StatusError (503)
-        when the API server cannot give one."""
+        """The verdict for a request with this Authorization header; Unavailable when the
+        API server cannot give one."""
         try:
             token = bearer_token(header)
         except AuthFailure:
@@ -218,9 +216,9 @@ class MetricsGuard:
             return await self.api.request_json("POST", path, body=body)
         except KubeBudgetExhausted as exc:
             log.info("metrics review refused: API budget spent", extra={"budget": exc.budget})
-            raise unavailable_for(exc) from None
+            raise Unavailable.of(exc) from None
         except (KubeError, KubeUnavailable) as exc:
             # Never str(exc) of a request that carried a token: the status only.
             status = exc.status if isinstance(exc, KubeError) else None
             log.warning("metrics review failed", extra={"review": path, "status": status})
-            raise errors.unavailable() from None
+            raise Unavailable() from None

@@ -1,6 +1,7 @@
 """The serving app's middleware: request ids, one log line per request, errors as Status,
 and the request counter and duration histogram.
 
+A refusal of the domain (``failures.Failure``) is answered as ``errors.answer_for`` says.
 Unknown paths and methods become the peer's 404 "Not found"; an unexpected exception
 becomes 500 "Internal error" and is logged with its traceback (never with a header).
 Answers below 400 are logged at debug (thousands a second are normal and the metrics
@@ -21,12 +22,16 @@ from aiohttp.typedefs import Middleware
 from prometheus_client import Counter
 
 from . import errors, selfmetrics
+from .auth import Identity
+from .failures import Failure
 
 log = logging.getLogger("trainjob_status_server.access")
 
 REQUEST_ID = web.RequestKey("request_id", str)
 TRAINJOB = web.RequestKey("trainjob", str)
 """``namespace/name`` of the TrainJob a post is for, once the path is matched."""
+POSTER = web.RequestKey("poster", Identity)
+"""Who a post is from, once the authenticator has vouched for it."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -74,13 +79,15 @@ async def _answer(request: web.Request, handler: Handler, counted: bool) -> web.
         response = await handler(request)
     except errors.StatusError as exc:
         response = exc.response()
+    except Failure as failure:
+        response = errors.answer_for(failure).response()
     except web.HTTPNotFound:
         response = errors.not_found().response()
     except web.HTTPMethodNotAllowed:
         response = errors.not_found().response()
     except web.HTTPException as exc:
         # aiohttp's own refusals (e.g. a malformed request line) keep their code.
-        response = errors.StatusError(exc.status, exc.reason, exc.reason).response()
+        response = errors.refused_by_aiohttp(exc.status, exc.reason).response()
     except Exception:
         log.exception("request failed", extra={"request_id": request_id})
         response = errors.internal_error().response()
@@ -95,16 +102,16 @@ async def _answer(request: web.Request, handler: Handler, counted: bool) -> web.
     level = logging.DEBUG if code < 400 else logging.INFO
     if not log.isEnabledFor(level):
         return response
-    log.log(
-        level,
-        "request",
-        extra={
-            "method": request.method,
-            "path": request.path,
-            "code": code,
-            "duration_ms": round(duration * 1000, 3),
-            "trainjob": request.get(TRAINJOB),
-            "request_id": request_id,
-        },
-    )
+    fields = {
+        "method": request.method,
+        "path": request.path,
+        "code": code,
+        "duration_ms": round(duration * 1000, 3),
+        "trainjob": request.get(TRAINJOB),
+        "request_id": request_id,
+    }
+    poster = request.get(POSTER)
+    if poster is not None:
+        fields.update(service_account=poster.service_account, pod=poster.pod)
+    log.log(level, "request", extra=fields)
     return response

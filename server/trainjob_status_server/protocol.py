@@ -10,7 +10,6 @@ each and hold them for as long as it stays silent.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -172,34 +171,18 @@ def parser_refusal(exc: BaseException | None) -> errors.StatusError:
     """The answer to a request aiohttp's parser refused (``exc``), worded without any of
     the request's bytes."""
     if isinstance(exc, LineTooLong | HeadersTooLarge):
-        return errors.StatusError(
-            431, "RequestHeaderFieldsTooLarge", "Request header fields too large"
-        )
+        return errors.headers_too_large()
     if isinstance(exc, BadStatusLine):
-        return bad_request("Malformed request line")
+        return errors.bad_request("Malformed request line")
     if isinstance(exc, InvalidURLError):
-        return bad_request("Invalid request target")
+        return errors.bad_request("Invalid request target")
     if isinstance(exc, InvalidHeader):
-        return bad_request("Invalid header")
+        return errors.bad_request("Invalid header")
     if isinstance(exc, HttpProcessingError):
         reason = exc.message.split(":\n", 1)[0].rstrip(".")
         if reason in _REPEATED_REASONS:
-            return bad_request(f"Bad request: {reason}")
-    return bad_request("Bad request")
-
-
-def bad_request(message: str) -> errors.StatusError:
-    return errors.StatusError(400, "BadRequest", message)
-
-
-def status_answer(status: errors.StatusError) -> web.Response:
-    answer = errors.Answer(
-        status=status.code,
-        body=json.dumps(status.body(), separators=(",", ":")).encode(),
-        content_type="application/json",
-    )
-    answer.force_close()
-    return answer
+            return errors.bad_request(f"Bad request: {reason}")
+    return errors.bad_request("Bad request")
 
 
 class StatusRequestHandler(RequestHandler):
@@ -269,7 +252,7 @@ class StatusRequestHandler(RequestHandler):
         if not isinstance(exc, HttpProcessingError):
             # A handler's failure, not the client's: aiohttp logs it with its traceback.
             self.log_exception("Error handling request", exc_info=exc)
-            answer = errors.internal_error() if status == 500 else _other(status)
+            answer = errors.handler_timed_out() if status == 504 else errors.internal_error(status)
         else:
             answer = parser_refusal(exc)
             log.info(
@@ -282,10 +265,6 @@ class StatusRequestHandler(RequestHandler):
             )
         if request.writer.output_size > 0:
             raise ConnectionError("an answer was already sent on this connection")
-        return status_answer(answer)
-
-
-def _other(status: int) -> errors.StatusError:
-    if status == 504:
-        return errors.StatusError(504, "Timeout", "Handler timed out")
-    return errors.StatusError(status, "InternalError", "Internal error")
+        response = answer.response()
+        response.force_close()
+        return response

@@ -72,6 +72,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
+from .failures import Failure
+
 __all__ = [
     "GROUP",
     "KIND",
@@ -114,7 +116,7 @@ _FLOAT_INT_MAX = float(2**53 - 1)
 _FLOAT_INT_EPSILON = 1e-9
 
 
-class PayloadError(Exception):
+class PayloadError(Failure):
     """The body does not decode, or a field has the wrong JSON type (422 Invalid payload)."""
 
     def __init__(self, detail: str) -> None:
@@ -146,7 +148,7 @@ NOT_CHECKED = Cause(
 )
 
 
-class ValidationFailed(Exception):
+class ValidationFailed(Failure):
     """What the CRD refuses: the API server's 422 for TrainJob ``name``, all causes in order."""
 
     group = GROUP

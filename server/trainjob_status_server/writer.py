@@ -19,10 +19,9 @@ import datetime as dt
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from . import errors, selfmetrics
-from .budgets import unavailable_for
+from . import selfmetrics
 from .coalescing import (
     FirstSeen,
     Key,
@@ -33,6 +32,7 @@ from .coalescing import (
     retry_delay,
     supersedes,
 )
+from .failures import Failure, Invalid, TrainJobNotFound, Unavailable, WriteFailed
 from .kube.cache import WatchCache
 from .kube.client import KubeClient
 from .kube.errors import KubeError, KubeUnavailable
@@ -52,16 +52,16 @@ class DirectWriter:
         self.kube = kube
 
     async def write(self, namespace: str, name: str, update: EncodedStatus) -> None:
-        """Apply ``update``; a failure becomes the metav1.Status the post answers."""
+        """Apply ``update``; a failed write raises what the post is refused for."""
         started = time.monotonic()
         try:
             await self.kube.apply_trainjob_status(namespace, name, update.to_json())
         except KubeUnavailable as exc:
             selfmetrics.API_WRITES.labels("error").inc()
-            raise unavailable_for(exc) from exc
+            raise Unavailable.of(exc) from exc
         except KubeError as exc:
             selfmetrics.API_WRITES.labels(_result_of(exc.status)).inc()
-            raise errors.from_api_error(exc.status, exc.body) from exc
+            raise _refusal(exc) from exc
         selfmetrics.API_WRITES.labels("ok").inc()
         selfmetrics.API_WRITE_DURATION.observe(time.monotonic() - started)
 
@@ -77,6 +77,22 @@ class DirectWriter:
 
 def _utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+def _refusal(exc: KubeError) -> Failure:
+    """Why a post whose write the API server answered with ``exc`` is refused."""
+    if exc.status == 404:
+        return TrainJobNotFound()
+    if exc.status == 422:
+        # The API server's own message and details, passed on.
+        details = exc.body.get("details")
+        return Invalid(
+            str(exc.body.get("message") or "Invalid"),
+            details if isinstance(details, Mapping) else None,
+        )
+    if exc.status in (429, 503, 504):
+        return Unavailable()
+    return WriteFailed()
 
 
 def _result_of(code: int) -> str:

@@ -21,8 +21,10 @@ from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_status_server import injection
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.budgets import BUDGET_SPENT_MESSAGE, Budgets, unavailable_for
+from trainjob_status_server.budgets import Budgets
 from trainjob_status_server.config import Config
+from trainjob_status_server.errors import BUDGET_SPENT_MESSAGE, answer_for
+from trainjob_status_server.failures import Unavailable
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.kube.errors import KubeBudgetExhausted, KubeUnavailable
 from trainjob_status_server.kube.ratelimit import TokenBucket
@@ -129,7 +131,7 @@ def test_the_server_builds_three_budgets_from_its_flags() -> None:
 
 
 def test_a_spent_budget_is_a_503_with_its_wait_as_retry_after() -> None:
-    answer = unavailable_for(KubeBudgetExhausted("writes", 41.2))
+    answer = answer_for(Unavailable.of(KubeBudgetExhausted("writes", 41.2)))
     assert (answer.code, answer.reason, answer.message) == (
         503,
         "ServiceUnavailable",
@@ -137,7 +139,7 @@ def test_a_spent_budget_is_a_503_with_its_wait_as_retry_after() -> None:
     )
     assert answer.headers == {"Retry-After": "42"}
     assert answer.details == {"retryAfterSeconds": 42}
-    plain = unavailable_for(KubeUnavailable("GET /x: no answer within 5s"))
+    plain = answer_for(Unavailable.of(KubeUnavailable("GET /x: no answer within 5s")))
     assert (plain.code, plain.message, plain.headers) == (
         503,
         "The Kubernetes API server is unavailable",

@@ -18,6 +18,7 @@ from trainjob_status_server.auth.claims import (
     unverified_claims,
 )
 from trainjob_status_server.auth.failures import AuthFailure
+from trainjob_status_server.errors import answer_for
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 AUD = "trainer.kubeflow.org/v1alpha1/namespaces/rec/trainjobs/tj-rec/status"
@@ -247,7 +248,7 @@ def test_codes_by_reason() -> None:
         "signature": 401,
         "unknown_kid": 401,
     }
-    assert AuthFailure("audience").status_error().body()["message"] == "Forbidden"
-    assert AuthFailure("expired").status_error().body()["message"] == "Unauthorized"
+    assert answer_for(AuthFailure("audience")).body()["message"] == "Forbidden"
+    assert answer_for(AuthFailure("expired")).body()["message"] == "Unauthorized"
     with pytest.raises(ValueError, match="unknown authentication failure reason"):
         AuthFailure("whatever")

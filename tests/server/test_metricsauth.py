@@ -3,6 +3,7 @@ from their answers, the refusals answered, and the verdict cache's TTL and bound
 
 from __future__ import annotations
 
+from trainjob_status_server.errors import answer_for
 from trainjob_status_server.metricsauth import (
     Verdict,
     VerdictCache,
@@ -85,7 +86,7 @@ def test_what_an_access_review_allows() -> None:
 
 
 def test_refusals_are_statuses() -> None:
-    assert refusal(Verdict(None, False), "/metrics", "get").body() == {
+    assert answer_for(refusal(Verdict(None, False), "/metrics", "get")).body() == {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
@@ -94,13 +95,15 @@ def test_refusals_are_statuses() -> None:
         "reason": "Unauthorized",
         "code": 401,
     }
-    forbidden = refusal(Verdict("bob", False), "/metrics", "get")
+    forbidden = answer_for(refusal(Verdict("bob", False), "/metrics", "get"))
     assert (forbidden.code, forbidden.reason, forbidden.message) == (
         403,
         "Forbidden",
         'forbidden: User "bob" cannot get path "/metrics"',
     )
-    explained = refusal(Verdict("bob", False, "no RBAC policy matched"), "/metrics", "get")
+    explained = answer_for(
+        refusal(Verdict("bob", False, "no RBAC policy matched"), "/metrics", "get")
+    )
     assert explained.message == (
         'forbidden: User "bob" cannot get path "/metrics": no RBAC policy matched'
     )

@@ -1,6 +1,6 @@
 """Who may post a TrainJob's status: the authenticator seam and its implementations."""
 
-from .authenticator import Authenticator, Identity, RejectAll
+from .authenticator import Authenticator, Identity
 from .failures import AuthFailure
 from .settings import AuthSettings
 from .verifier import TokenAuthenticator
@@ -10,6 +10,5 @@ __all__ = [
     "AuthSettings",
     "Authenticator",
     "Identity",
-    "RejectAll",
     "TokenAuthenticator",
 ]

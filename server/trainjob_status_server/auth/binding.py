@@ -26,8 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from .. import errors
-from ..budgets import unavailable_for
+from ..failures import Unavailable
 from ..kube.cache import WatchCache
 from ..kube.client import KubeClient
 from ..kube.errors import KubeError, KubeUnavailable
@@ -170,7 +169,7 @@ class PodBinding:
 
     async def check(self, namespace: str, name: str, uid: str, trainjob: str, now: float) -> None:
         """Raise AuthFailure unless pod ``namespace/name`` with ``uid`` may post for
-        ``trainjob``; ``errors.unavailable()`` when a needed fetch fails. ``now`` is
+        ``trainjob``; ``Unavailable`` when a needed fetch fails. ``now`` is
         wall-clock seconds."""
         pod = self.pods.get(namespace, name)
         if pod is None or _meta(pod).get("uid") != uid:
@@ -224,10 +223,8 @@ class PodBinding:
         try:
             # A caller that gives up must not cancel the others' request.
             fetched = await asyncio.shield(fetch)
-        except KubeUnavailable as exc:
-            raise unavailable_for(exc) from exc
-        except KubeError as exc:
-            raise errors.unavailable() from exc
+        except (KubeUnavailable, KubeError) as exc:
+            raise Unavailable.of(exc) from exc
         if fetched is None or uid_of(fetched) != uid:
             reason = failures.POD_GONE if fetched is None else failures.POD_UID
             self._negative.remember(key, (reason, self._clock() + self.negative_ttl))

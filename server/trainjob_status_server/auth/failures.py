@@ -1,4 +1,4 @@
-"""Why a post was refused: one reason per failure, and the HTTP code each reason earns.
+"""Why a post was refused: one reason per failure, and which of two kinds it is.
 
 401 means "we cannot establish a current credential of this cluster's issuer": nothing
 usable in the header, a token we cannot parse or verify, one outside its validity
@@ -6,12 +6,13 @@ window, or one whose bound pod is gone (kube-apiserver itself calls such a token
 invalidated, and TokenReview mode can only answer that way). 403 means "a valid
 credential that may not write this TrainJob": the audience, namespace or pod names
 another TrainJob, or the token is not bound to a pod. Clients see only the generic
-message; the reason goes to the log and to ``trainjob_status_auth_failures_total``.
+message (``errors.answer_for``); the reason goes to the log and to
+``trainjob_status_auth_failures_total``.
 """
 
 from __future__ import annotations
 
-from .. import errors
+from ..failures import Failure
 
 # -- 401: no valid credential ---------------------------------------------------------------
 NO_TOKEN = "no_token"  # no Authorization header
@@ -53,7 +54,7 @@ UNAUTHORIZED_REASONS = frozenset(
 ALL_REASONS = FORBIDDEN_REASONS | UNAUTHORIZED_REASONS
 
 
-class AuthFailure(Exception):
+class AuthFailure(Failure):
     """A refusal with its reason (one of the constants above)."""
 
     def __init__(self, reason: str) -> None:
@@ -63,9 +64,11 @@ class AuthFailure(Exception):
         self.reason = reason
 
     @property
-    def code(self) -> int:
-        return 403 if self.reason in FORBIDDEN_REASONS else 401
+    def forbidden(self) -> bool:
+        """A valid credential that may not write this TrainJob (else: no valid credential)."""
+        return self.reason in FORBIDDEN_REASONS
 
-    def status_error(self) -> errors.StatusError:
-        """The client's answer: generic, the same for every reason with this code."""
-        return errors.forbidden() if self.reason in FORBIDDEN_REASONS else errors.unauthorized()
+    @property
+    def code(self) -> int:
+        """The code of its answer (401 or 403), as the refusal's log line gives it."""
+        return 403 if self.forbidden else 401

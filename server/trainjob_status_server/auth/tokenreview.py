@@ -18,8 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import errors
-from ..budgets import unavailable_for
+from ..failures import Unavailable
 from ..kube.client import KubeClient
 from ..kube.errors import KubeBudgetExhausted, KubeError, KubeUnavailable
 from . import failures
@@ -119,7 +118,7 @@ class TokenReviewer:
 
     async def review(self, token: str, digest: bytes, audience: str, facts: TokenFacts) -> None:
         """Return when the API server vouches for ``token`` (with ``facts``); raise
-        AuthFailure when it does not, ``errors.unavailable()`` when it cannot answer
+        AuthFailure when it does not, ``Unavailable`` when it cannot answer
         (with the budget's Retry-After when the request was not sent for lack of it)."""
         self.check_refused(digest)
         task = self._inflight.get(digest)
@@ -144,12 +143,12 @@ class TokenReviewer:
             )
         except KubeBudgetExhausted as exc:
             log.info("TokenReview refused: API budget spent", extra={"budget": exc.budget})
-            raise unavailable_for(exc) from None
+            raise Unavailable.of(exc) from None
         except (KubeError, KubeUnavailable) as exc:
             # Never str(exc) of a request that carried a token: log the status only.
             status = exc.status if isinstance(exc, KubeError) else None
             log.warning("TokenReview failed", extra={"status": status})
-            raise errors.unavailable() from None
+            raise Unavailable() from None
         reason = judge_review(answer, facts)
         if reason is not None:
             self._refused[digest] = (reason, self._clock() + self.negative_ttl)

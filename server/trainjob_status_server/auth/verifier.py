@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Callable
 
-from .. import errors
+from ..failures import RateLimited, Unavailable
 from ..kube.backoff import Backoff
 from ..kube.client import KubeClient
 from ..selfmetrics import AUTH_FAILURES, RATE_LIMITED
@@ -186,15 +186,15 @@ class TokenAuthenticator:
     async def authenticate(
         self, authorization: str | None, namespace: str, trainjob: str
     ) -> Identity:
-        """The poster's identity, or ``errors.StatusError``: 401/403 (generic messages),
-        429 over the service account's rate, 503 when a needed API answer is missing."""
+        """The poster's identity, or a refusal: ``AuthFailure``, ``RateLimited`` over the
+        service account's rate, ``Unavailable`` when a needed API answer is missing."""
         binding = self.binding
         if (
             binding is None
             or not self._issuer_known.is_set()
             or (self.keys is not None and not self.keys.loaded.is_set())
         ):
-            raise errors.unavailable()
+            raise Unavailable()
         entry: Verified | None = None
         charged = False  # the service account's token already spent before a review
         try:
@@ -213,7 +213,7 @@ class TokenAuthenticator:
                 await binding.check(namespace, facts.pod_name, facts.pod_uid, trainjob, now)
         except AuthFailure as failure:
             self._refused(failure, namespace, trainjob, entry.facts if entry else None)
-            raise failure.status_error() from None
+            raise
         # check_facts has made sure of both.
         assert facts.subject is not None
         assert facts.service_account is not None
@@ -224,7 +224,7 @@ class TokenAuthenticator:
     def _charge(
         self, subject: str, namespace: str, trainjob: str, *, verified: bool = True
     ) -> None:
-        """Spend a token of ``subject``'s bucket, or raise the 429. An unverified
+        """Spend a token of ``subject``'s bucket, or raise RateLimited. An unverified
         subject (before a TokenReview) is the sender's word: it is not logged."""
         wait = self.limiter.take(subject)
         if wait is not None:
@@ -233,7 +233,7 @@ class TokenAuthenticator:
             if verified:
                 fields["subject"] = subject
             log.info("post rate-limited", extra=fields)
-            raise errors.too_many_requests(wait)
+            raise RateLimited(wait)
 
     def _keyset(self) -> KeySet:
         assert self.keys is not None
