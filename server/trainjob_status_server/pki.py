@@ -245,11 +245,6 @@ def _due(cert: x509.Certificate, now: dt.datetime, fraction: float) -> bool:
     return cert.not_valid_after_utc - now < lifetime * fraction
 
 
-def _minted(cert: x509.Certificate) -> dt.datetime:
-    """When we minted ``cert`` (it was backdated)."""
-    return cert.not_valid_before_utc + BACKDATE
-
-
 def _signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
     if cert.issuer != ca.subject:
         return False
