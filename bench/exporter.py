@@ -24,9 +24,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from trainjob_status_server.exporter import Exporter
 from trainjob_status_server.kube.resources import TRAINJOBS
 from trainjob_status_server.kube.store import CacheEvent
+from trainjob_status_server.metrics.exporter import Exporter
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
 

@@ -27,8 +27,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth.verifier import AuthSettings, TokenAuthenticator
 from trainjob_status_server.config import Config
-from trainjob_status_server.injection import CA_CERT_ENV, TOKEN_ENV, URL_ENV
 from trainjob_status_server.kube.resources import TRAINJOBS
+from trainjob_status_server.pods.injection import CA_CERT_ENV, TOKEN_ENV, URL_ENV
 
 from . import DevCluster
 from .pki import CertificateAuthority

@@ -34,7 +34,7 @@ from urllib.parse import parse_qsl, unquote
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 
-from trainjob_status_server.listener import FirstRequestDeadline, tls_protocol
+from trainjob_status_server.http.listener import FirstRequestDeadline, tls_protocol
 
 from .status import ApiError
 from .store import dumps

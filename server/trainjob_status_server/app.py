@@ -13,28 +13,29 @@ import ssl
 
 from aiohttp import web
 
-from . import certs, errors
 from .auth import Authenticator, TokenAuthenticator
 from .budgets import Budgets
-from .cadistribution import CADistribution
-from .certs import CertBootstrap, CertSettings, WebhookCABundle
-from .coalescing import writes_in_flight
+from .certificates import certs
+from .certificates.certs import CertBootstrap, CertSettings, WebhookCABundle
+from .certificates.tls import ReloadingTLS
 from .config import Config
-from .endpoint import STATUS_PATH, StatusEndpoint
-from .exporter import Exporter
 from .failures import Unavailable
-from .injection import Selector, Target
+from .http import errors
+from .http.endpoint import STATUS_PATH, StatusEndpoint
+from .http.listener import CappedSite, Limits
+from .http.metricsauth import MetricsGuard, VerdictCache
+from .http.middleware import no_server_header, status_errors
+from .http.webhook import INJECT_PATH, InjectorSettings, JobSetSteps, PodInjector
 from .kube.cache import WatchCache
 from .kube.client import KubeClient
 from .kube.errors import KubeUnavailable
 from .kube.resources import TRAINJOBS
-from .listener import CappedSite, Limits
-from .metricsauth import MetricsGuard, VerdictCache
-from .middleware import no_server_header, status_errors
-from .tls import ReloadingTLS
-from .views import trainjob_view
-from .webhook import INJECT_PATH, InjectorSettings, JobSetSteps, PodInjector
-from .writer import CoalescingWriter, DirectWriter
+from .kube.views import trainjob_view
+from .metrics.exporter import Exporter
+from .pods.cadistribution import CADistribution
+from .pods.injection import Selector, Target
+from .status.coalescing import writes_in_flight
+from .status.writer import CoalescingWriter, DirectWriter
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +273,7 @@ class StatusServer:
             keepalive_timeout=config.idle_timeout,
             shutdown_timeout=config.shutdown_timeout,
             lingering_time=LINGER_SECONDS,
-            # Bodies are decoded by the endpoint (codings.py), where a bad one is a 400.
+            # Bodies are decoded by the endpoint (http/codings.py), where a bad one is a 400.
             auto_decompress=False,
         )
         self._site = await self._listen(

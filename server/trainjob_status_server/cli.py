@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from . import config, logs, tls
+from . import config, logs
+from .certificates import tls
 from .kube.errors import KubeConfigError
 
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"  # what kubelet sets in every pod

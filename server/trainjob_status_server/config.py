@@ -152,7 +152,7 @@ class Config:
 
     def _deploy_problems(self) -> list[str]:
         # Imported here: injection imports the endpoint, which imports this module.
-        from .injection import Selector
+        from .pods.injection import Selector
 
         problems = []
         try:

@@ -1,7 +1,7 @@
 """Why a request is not served, in the domain's words.
 
 Token checks, the caches, the writer and the status path raise these with the facts they
-know (a reason, a wait, the API server's message); none of them knows HTTP. ``errors.py``
+know (a reason, a wait, the API server's message); none of them knows HTTP. ``http/errors.py``
 is the one place that says how each is answered. Token refusals are ``AuthFailure``
 (``auth/failures.py``, one reason each); payload refusals are ``validation.PayloadError``
 and ``validation.ValidationFailed``.

@@ -7,10 +7,11 @@ from __future__ import annotations
 import inspect
 import re
 
-from trainjob_status_server import injection, webhook
 from trainjob_status_server.cli import build_parser
-from trainjob_status_server.exporter import server_registry
-from trainjob_status_server.series import FAMILIES
+from trainjob_status_server.http import webhook
+from trainjob_status_server.metrics.exporter import server_registry
+from trainjob_status_server.metrics.series import FAMILIES
+from trainjob_status_server.pods import injection
 
 from .rendering import ROOT
 

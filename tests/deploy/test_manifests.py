@@ -15,10 +15,12 @@ import pytest
 import yaml
 
 from trainjob_devcluster import DevCluster
-from trainjob_status_server import certs, injection, webhook
+from trainjob_status_server.certificates import certs
 from trainjob_status_server.cli import build_parser
 from trainjob_status_server.config import from_args
-from trainjob_status_server.injection import Selector, Target
+from trainjob_status_server.http import webhook
+from trainjob_status_server.pods import injection
+from trainjob_status_server.pods.injection import Selector, Target
 
 from .rendering import MANIFESTS, OVERLAYS, ROOT, TARGETS, Doc, combinations, names, one, render
 

@@ -16,13 +16,13 @@ import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.kubeconfig import write_kubeconfig
-from trainjob_status_server import certs, pki
-from trainjob_status_server.cadistribution import CADistribution
-from trainjob_status_server.certs import CertBootstrap, CertSettings
+from trainjob_status_server.certificates import certs, pki
+from trainjob_status_server.certificates.certs import CertBootstrap, CertSettings
 from trainjob_status_server.kube.cache import WatchCache
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.kube.errors import KubeError
 from trainjob_status_server.kube.resources import CONFIGMAPS, PODS, SECRETS, TRAINJOBS, Resource
+from trainjob_status_server.pods.cadistribution import CADistribution
 
 from .rendering import render
 

@@ -26,7 +26,7 @@ from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_devcluster.pki import CertificateAuthority
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
-from trainjob_status_server.exporter import Exporter
+from trainjob_status_server.metrics.exporter import Exporter
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests" / "prometheus"

@@ -13,7 +13,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from trainjob_devcluster import DevCluster
-from trainjob_status_server.exporter import Exporter
+from trainjob_status_server.metrics.exporter import Exporter
 
 from .conftest import Prometheus, Stack, eventually
 from .test_promtool import promtool

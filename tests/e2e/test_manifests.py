@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from trainjob_status_server.exporter import server_registry
-from trainjob_status_server.series import FAMILIES
+from trainjob_status_server.metrics.exporter import server_registry
+from trainjob_status_server.metrics.series import FAMILIES
 
 from .conftest import DASHBOARD, MANIFESTS, RULES
 

@@ -19,16 +19,16 @@ from prometheus_client import REGISTRY
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_status_server import injection
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.budgets import Budgets
 from trainjob_status_server.config import Config
-from trainjob_status_server.errors import BUDGET_SPENT_MESSAGE, answer_for
 from trainjob_status_server.failures import Unavailable
+from trainjob_status_server.http.errors import BUDGET_SPENT_MESSAGE, answer_for
+from trainjob_status_server.http.webhook import INJECT_PATH
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.kube.errors import KubeBudgetExhausted, KubeUnavailable
 from trainjob_status_server.kube.ratelimit import TokenBucket
-from trainjob_status_server.webhook import INJECT_PATH
+from trainjob_status_server.pods import injection
 
 from .conftest import GROUP, NS, ServingCerts, settled, status_path, with_changes
 from .test_auth_support import FakeClock, add_pod, claims_of, mint, tampered, unsigned, until

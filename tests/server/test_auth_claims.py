@@ -18,7 +18,7 @@ from trainjob_status_server.auth.claims import (
     unverified_claims,
 )
 from trainjob_status_server.auth.failures import AuthFailure
-from trainjob_status_server.errors import answer_for
+from trainjob_status_server.http.errors import answer_for
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 AUD = "trainer.kubeflow.org/v1alpha1/namespaces/rec/trainjobs/tj-rec/status"

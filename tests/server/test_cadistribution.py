@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
-from trainjob_status_server import pki
-from trainjob_status_server.cadistribution import LABELS, CADistribution
+from trainjob_status_server.certificates import pki
 from trainjob_status_server.kube.cache import WatchCache
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.kube.resources import TRAINJOBS
+from trainjob_status_server.pods.cadistribution import LABELS, CADistribution
 
 from .test_webhook_support import until
 

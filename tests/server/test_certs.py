@@ -20,10 +20,10 @@ from aiohttp import web
 from cryptography import x509
 
 from trainjob_devcluster import DevCluster
-from trainjob_status_server import certs, pki
-from trainjob_status_server.certs import CertBootstrap, CertSettings, WebhookCABundle
+from trainjob_status_server.certificates import certs, pki
+from trainjob_status_server.certificates.certs import CertBootstrap, CertSettings, WebhookCABundle
+from trainjob_status_server.certificates.tls import ReloadingTLS
 from trainjob_status_server.kube.client import KubeClient
-from trainjob_status_server.tls import ReloadingTLS
 
 from .test_webhook_support import SERVICE_HOST, StandIn, ca_bundles, webhook_configuration
 

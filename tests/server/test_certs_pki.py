@@ -10,8 +10,8 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from trainjob_status_server import pki
-from trainjob_status_server.pki import Bundle, Decision, Policy, assess, carry_out
+from trainjob_status_server.certificates import pki
+from trainjob_status_server.certificates.pki import Bundle, Decision, Policy, assess, carry_out
 
 NAMES = tuple(pki.service_dns_names("trainjob-status", "trainjob-status"))
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

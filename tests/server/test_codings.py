@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from trainjob_devcluster import DevCluster
-from trainjob_status_server.codings import (
+from trainjob_status_server.http.codings import (
     CodingError,
     Decoder,
     TooLarge,

@@ -20,9 +20,8 @@ import pytest_asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from trainjob_status_server import errors, failures
+from trainjob_status_server import failures
 from trainjob_status_server.auth import AuthFailure, Identity
-from trainjob_status_server.endpoint import STATUS_PATH, StatusEndpoint
 from trainjob_status_server.failures import (
     AccessDenied,
     Failure,
@@ -33,8 +32,10 @@ from trainjob_status_server.failures import (
     Unavailable,
     WriteFailed,
 )
-from trainjob_status_server.middleware import POSTER, status_errors
-from trainjob_status_server.validation import EncodedStatus, PayloadError, ValidationFailed
+from trainjob_status_server.http import errors
+from trainjob_status_server.http.endpoint import STATUS_PATH, StatusEndpoint
+from trainjob_status_server.http.middleware import POSTER, status_errors
+from trainjob_status_server.status.validation import EncodedStatus, PayloadError, ValidationFailed
 
 NS, TJ = "team-a", "tj"
 PATH = STATUS_PATH.format(namespace=NS, name=TJ)

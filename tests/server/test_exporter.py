@@ -23,8 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from trainjob_devcluster import DevCluster
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.exporter import Exporter, server_registry
-from trainjob_status_server.series import ESTIMATED_REMAINING, LAST_UPDATE, METRIC, PROGRESS
+from trainjob_status_server.metrics.exporter import Exporter, server_registry
+from trainjob_status_server.metrics.series import ESTIMATED_REMAINING, LAST_UPDATE, METRIC, PROGRESS
 
 from .conftest import NS, Poster
 

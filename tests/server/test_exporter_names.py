@@ -14,7 +14,7 @@ import pytest_asyncio
 from trainjob_devcluster import DevCluster
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
-from trainjob_status_server.series import LAST_UPDATE, METRIC
+from trainjob_status_server.metrics.series import LAST_UPDATE, METRIC
 
 from .conftest import NS, Poster, with_changes
 from .test_exporter import PROMETHEUS_ACCEPT, T0, Page, Scraper, has, labels, lacks, stamp

@@ -27,8 +27,8 @@ from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
-from trainjob_status_server.exporter import Exporter
-from trainjob_status_server.series import LAST_UPDATE, METRIC, exportable, parse_number
+from trainjob_status_server.metrics.exporter import Exporter
+from trainjob_status_server.metrics.series import LAST_UPDATE, METRIC, exportable, parse_number
 
 from .conftest import GROUP, NS, ServingCerts, status_path
 

@@ -18,13 +18,14 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 from prometheus_client.utils import floatToGoString
 
-from trainjob_status_server.exporter import (
+from trainjob_status_server.kube.views import trainjob_view
+from trainjob_status_server.metrics.exporter import (
     RenderedSeries,
     escape_label_value,
     exposition,
     format_value,
 )
-from trainjob_status_server.series import (
+from trainjob_status_server.metrics.series import (
     CONDITION,
     CORE,
     ESTIMATED_REMAINING,
@@ -45,7 +46,6 @@ from trainjob_status_server.series import (
     parse_time,
     series_of,
 )
-from trainjob_status_server.views import trainjob_view
 
 LUT = "2026-12-02T18:33:25Z"
 LUT_SECONDS = 1796236405.0

@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from trainjob_devcluster import DevCluster
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.exporter import Exporter
-from trainjob_status_server.series import CONDITION, INFO, LAST_UPDATE, PROGRESS
+from trainjob_status_server.metrics.exporter import Exporter
+from trainjob_status_server.metrics.series import CONDITION, INFO, LAST_UPDATE, PROGRESS
 
 from .conftest import GROUP, NS, Poster
 from .test_exporter import PROMETHEUS_ACCEPT, Page, Scraper, labels, serve, stamp

@@ -17,7 +17,12 @@ from aiohttp.http_exceptions import (
 )
 from aiohttp.http_parser import HttpRequestParser
 
-from trainjob_status_server.protocol import HeadBudget, HeadersTooLarge, head_end, parser_refusal
+from trainjob_status_server.http.protocol import (
+    HeadBudget,
+    HeadersTooLarge,
+    head_end,
+    parser_refusal,
+)
 
 LIMIT = 200
 

@@ -18,7 +18,7 @@ from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
-from trainjob_status_server.listener import FirstRequestDeadline
+from trainjob_status_server.http.listener import FirstRequestDeadline
 
 from .conftest import GROUP, NS, ServingCerts, status_path, with_changes
 

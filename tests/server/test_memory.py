@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from trainjob_status_server.memory import CROWD, TRIM_DELAY, HeapTrim, crowd_left
+from trainjob_status_server.http.memory import CROWD, TRIM_DELAY, HeapTrim, crowd_left
 
 
 @pytest.mark.parametrize(

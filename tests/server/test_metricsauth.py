@@ -3,8 +3,8 @@ from their answers, the refusals answered, and the verdict cache's TTL and bound
 
 from __future__ import annotations
 
-from trainjob_status_server.errors import answer_for
-from trainjob_status_server.metricsauth import (
+from trainjob_status_server.http.errors import answer_for
+from trainjob_status_server.http.metricsauth import (
     Verdict,
     VerdictCache,
     access_review_body,

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from trainjob_status_server.slots import PER_ADDRESS, TOTAL, RefusalLog, Slots
+from trainjob_status_server.http.slots import PER_ADDRESS, TOTAL, RefusalLog, Slots
 
 
 class Connection:
@@ -101,7 +101,7 @@ def test_release_frees_the_slot_and_the_address() -> None:
 def test_refusals_are_logged_at_once_then_summarised_per_interval(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="trainjob_status_server.slots")
+    caplog.set_level(logging.DEBUG, logger="trainjob_status_server.http.slots")
     now = [100.0]
     note = RefusalLog("serving", interval=10.0, clock=lambda: now[0])
     note(PER_ADDRESS, "10.0.0.1")

@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
 from trainjob_status_server.app import StatusServer
+from trainjob_status_server.certificates.tls import TLS12_CIPHERS, ReloadingTLS
 from trainjob_status_server.config import Config
-from trainjob_status_server.tls import TLS12_CIPHERS, ReloadingTLS
 
 from .conftest import ServingCerts
 

@@ -22,7 +22,7 @@ from trainjob_devcluster.resources import load_trainjob_crd, resource_from_crd
 from trainjob_devcluster.schema import StructuralSchema
 from trainjob_devcluster.status import Cause as DevCause
 from trainjob_devcluster.status import invalid
-from trainjob_status_server.validation import (
+from trainjob_status_server.status.validation import (
     GROUP,
     MAX_AHEAD,
     Cause,

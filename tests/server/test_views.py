@@ -7,7 +7,7 @@ from typing import Any
 
 from trainjob_devcluster import DevCluster
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.views import pod_view, trainjob_view, written_view
+from trainjob_status_server.kube.views import pod_view, trainjob_view, written_view
 
 from .conftest import NS, Poster
 

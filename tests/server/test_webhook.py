@@ -17,21 +17,21 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import REGISTRY
 
 from trainjob_devcluster import DevCluster
-from trainjob_status_server import injection
 from trainjob_status_server.app import TRAINJOB_ABSENT_SECONDS
-from trainjob_status_server.injection import Selector, Target
-from trainjob_status_server.kube.backoff import Backoff
-from trainjob_status_server.kube.cache import DEFAULT_BACKOFF, WatchCache
-from trainjob_status_server.kube.client import KubeClient
-from trainjob_status_server.kube.resources import TRAINJOBS
-from trainjob_status_server.kube.store import CacheEvent
-from trainjob_status_server.middleware import status_errors
-from trainjob_status_server.webhook import (
+from trainjob_status_server.http.middleware import status_errors
+from trainjob_status_server.http.webhook import (
     INJECT_PATH,
     InjectorSettings,
     JobSetSteps,
     PodInjector,
 )
+from trainjob_status_server.kube.backoff import Backoff
+from trainjob_status_server.kube.cache import DEFAULT_BACKOFF, WatchCache
+from trainjob_status_server.kube.client import KubeClient
+from trainjob_status_server.kube.resources import TRAINJOBS
+from trainjob_status_server.kube.store import CacheEvent
+from trainjob_status_server.pods import injection
+from trainjob_status_server.pods.injection import Selector, Target
 
 from .test_webhook_support import (
     ANCESTOR,

@@ -23,14 +23,20 @@ import pytest_asyncio
 from aiohttp import web
 
 from trainjob_devcluster import DevCluster
-from trainjob_status_server import certs, injection
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth import AuthSettings, TokenAuthenticator
-from trainjob_status_server.cadistribution import CADistribution
-from trainjob_status_server.certs import CertBootstrap, CertSettings, WebhookCABundle
+from trainjob_status_server.certificates import certs
+from trainjob_status_server.certificates.certs import CertBootstrap, CertSettings, WebhookCABundle
 from trainjob_status_server.config import Config
+from trainjob_status_server.http.webhook import (
+    INJECT_PATH,
+    InjectorSettings,
+    JobSetSteps,
+    PodInjector,
+)
 from trainjob_status_server.kube.client import KubeClient
-from trainjob_status_server.webhook import INJECT_PATH, InjectorSettings, JobSetSteps, PodInjector
+from trainjob_status_server.pods import injection
+from trainjob_status_server.pods.cadistribution import CADistribution
 
 from .test_webhook_support import (
     ANCESTOR,

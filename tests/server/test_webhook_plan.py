@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from trainjob_status_server import injection
-from trainjob_status_server.injection import Selector, Target, plan
+from trainjob_status_server.pods import injection
+from trainjob_status_server.pods.injection import Selector, Target, plan
 
 from .test_webhook_support import ANCESTOR, NS, TJ, apply_patch, jobset, pod
 

@@ -17,10 +17,10 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
-from trainjob_status_server import injection
 from trainjob_status_server.auth.claims import audience_for
-from trainjob_status_server.injection import FirstSighting, Target
-from trainjob_status_server.webhook import InjectorSettings
+from trainjob_status_server.http.webhook import InjectorSettings
+from trainjob_status_server.pods import injection
+from trainjob_status_server.pods.injection import FirstSighting, Target
 
 from .test_webhook import make_rig
 from .test_webhook_support import NS, TJ, StandIn, apply_patch, decoded_patch, jobset, pod, review

@@ -17,7 +17,8 @@ from prometheus_client import REGISTRY
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.coalescing import (
+from trainjob_status_server.config import Config
+from trainjob_status_server.status.coalescing import (
     FirstSeen,
     Schedule,
     is_stale,
@@ -28,9 +29,8 @@ from trainjob_status_server.coalescing import (
     supersedes,
     writes_in_flight,
 )
-from trainjob_status_server.config import Config
-from trainjob_status_server.validation import EncodedStatus
-from trainjob_status_server.writer import CoalescingWriter
+from trainjob_status_server.status.validation import EncodedStatus
+from trainjob_status_server.status.writer import CoalescingWriter
 
 from .conftest import GROUP, NS, Poster, ServingCerts, status_path, with_changes
 

@@ -32,7 +32,7 @@ from ..kube.client import KubeClient
 from ..kube.errors import KubeError, KubeUnavailable
 from ..kube.resources import PODS, Obj
 from ..kube.store import ADDED, DELETED, CacheEvent
-from ..views import pod_view
+from ..kube.views import pod_view
 from . import failures
 from .failures import AuthFailure
 

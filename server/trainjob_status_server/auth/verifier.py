@@ -26,7 +26,7 @@ from collections.abc import Callable
 from ..failures import RateLimited, Unavailable
 from ..kube.backoff import Backoff
 from ..kube.client import KubeClient
-from ..selfmetrics import AUTH_FAILURES, RATE_LIMITED
+from ..metrics.selfmetrics import AUTH_FAILURES, RATE_LIMITED
 from .authenticator import Identity
 from .bearer import bearer_token
 from .binding import PodBinding

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..kube.resources import Obj, key_of
-from ..series import parse_number, parse_time
+from ..metrics.series import parse_number, parse_time
 from .terminal import printable
 
 BAR_WIDTH = 20

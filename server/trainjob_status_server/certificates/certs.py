@@ -27,11 +27,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..kube.backoff import Backoff
+from ..kube.client import KubeClient
+from ..kube.errors import KubeError, KubeUnavailable
+from ..kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, SECRETS, Obj
 from . import pki
-from .kube.backoff import Backoff
-from .kube.client import KubeClient
-from .kube.errors import KubeError, KubeUnavailable
-from .kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, SECRETS, Obj
 
 log = logging.getLogger(__name__)
 

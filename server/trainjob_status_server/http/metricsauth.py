@@ -29,13 +29,13 @@ from typing import Any
 
 from aiohttp import web
 
+from ..auth.bearer import bearer_token
+from ..auth.failures import AuthFailure
+from ..auth.tokenreview import TOKENREVIEWS_PATH
+from ..failures import AccessDenied, Failure, Unauthenticated, Unavailable
+from ..kube.client import KubeClient
+from ..kube.errors import KubeBudgetExhausted, KubeError, KubeUnavailable
 from . import errors
-from .auth.bearer import bearer_token
-from .auth.failures import AuthFailure
-from .auth.tokenreview import TOKENREVIEWS_PATH
-from .failures import AccessDenied, Failure, Unauthenticated, Unavailable
-from .kube.client import KubeClient
-from .kube.errors import KubeBudgetExhausted, KubeError, KubeUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ existing TrainJob) that the selector picks. The selector is matched against the 
 labels together with those of the JobSet replicated job that made it, because that is
 where a TrainingRuntime puts ``trainer.kubeflow.org/trainjob-ancestor-step: trainer``:
 on the Job template, which Kubernetes does not copy onto pods. What the patch does is
-decided in ``injection.py``.
+decided in ``pods/injection.py``.
 
 The port is open to every pod, and a review can name anything: TrainJobs and JobSets
 come from watch caches, so no review causes a Kubernetes API request. A name the caches
@@ -31,14 +31,15 @@ from typing import Any
 
 from aiohttp import web
 
-from . import errors, injection
+from ..kube.backoff import Backoff
+from ..kube.cache import DEFAULT_BACKOFF, WatchCache
+from ..kube.client import KubeClient
+from ..kube.resources import JOBSETS, Obj
+from ..metrics.selfmetrics import INJECTIONS
+from ..pods import injection
+from ..pods.injection import FirstSighting, Plan, Selector, Target
+from . import errors
 from .endpoint import read_body
-from .injection import FirstSighting, Plan, Selector, Target
-from .kube.backoff import Backoff
-from .kube.cache import DEFAULT_BACKOFF, WatchCache
-from .kube.client import KubeClient
-from .kube.resources import JOBSETS, Obj
-from .selfmetrics import INJECTIONS
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import selfmetrics
+from ..metrics import selfmetrics
 from .memory import HeapTrim
 from .protocol import HEAD_TIMEOUT, StatusRequestHandler
 from .slots import RefusalLog, Slots

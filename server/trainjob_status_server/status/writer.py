@@ -21,7 +21,14 @@ import random
 import time
 from collections.abc import Callable, Mapping
 
-from . import selfmetrics
+from ..failures import Failure, Invalid, TrainJobNotFound, Unavailable, WriteFailed
+from ..kube.cache import WatchCache
+from ..kube.client import KubeClient
+from ..kube.errors import KubeError, KubeUnavailable
+from ..kube.resources import Obj
+from ..kube.store import CacheEvent
+from ..kube.views import written_view
+from ..metrics import selfmetrics
 from .coalescing import (
     FirstSeen,
     Key,
@@ -32,14 +39,7 @@ from .coalescing import (
     retry_delay,
     supersedes,
 )
-from .failures import Failure, Invalid, TrainJobNotFound, Unavailable, WriteFailed
-from .kube.cache import WatchCache
-from .kube.client import KubeClient
-from .kube.errors import KubeError, KubeUnavailable
-from .kube.resources import Obj
-from .kube.store import CacheEvent
 from .validation import EncodedStatus
-from .views import written_view
 
 log = logging.getLogger(__name__)
 

@@ -72,7 +72,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
-from .failures import Failure
+from ..failures import Failure
 
 __all__ = [
     "GROUP",

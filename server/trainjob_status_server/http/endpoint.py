@@ -17,12 +17,13 @@ from typing import Any
 
 from aiohttp import web
 
-from . import codings, errors, validation
-from .auth import Authenticator
-from .config import MAX_BODY_BYTES
-from .failures import TrainJobNotFound
+from ..auth import Authenticator
+from ..config import MAX_BODY_BYTES
+from ..failures import TrainJobNotFound
+from ..status import validation
+from ..status.validation import EncodedStatus
+from . import codings, errors
 from .middleware import POSTER, TRAINJOB
-from .validation import EncodedStatus
 
 STATUS_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
 

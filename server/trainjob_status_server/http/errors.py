@@ -5,7 +5,7 @@ The peer (Kubeflow Trainer's status server) answers ``{"status": "Failure", "mes
 depend on ``code``, ``reason`` and ``message`` only.
 
 Domain code raises a ``failures.Failure`` (those of ``failures.py``, ``AuthFailure``, the
-payload errors of ``validation.py``) and ``answer_for`` turns it into its answer; the HTTP
+payload errors of ``status/validation.py``) and ``answer_for`` turns it into its answer; the HTTP
 plumbing (routing, body limits, content codings, the parser) raises its own answers,
 built below.
 """
@@ -19,8 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
-from .auth.failures import AuthFailure
-from .failures import (
+from ..auth.failures import AuthFailure
+from ..failures import (
     AccessDenied,
     Failure,
     Invalid,
@@ -30,7 +30,7 @@ from .failures import (
     Unavailable,
     WriteFailed,
 )
-from .validation import PayloadError, ValidationFailed
+from ..status.validation import PayloadError, ValidationFailed
 
 
 class Answer(web.Response):

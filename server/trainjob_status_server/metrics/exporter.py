@@ -32,10 +32,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics import MetricWrapperBase
 
+from ..kube.cache import WatchCache
+from ..kube.resources import Key, Obj, key_of
+from ..kube.store import CacheEvent
 from . import selfmetrics
-from .kube.cache import WatchCache
-from .kube.resources import Key, Obj, key_of
-from .kube.store import CacheEvent
 from .series import (
     FAMILIES,
     METRIC,

@@ -21,9 +21,10 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import Counter
 
-from . import errors, selfmetrics
-from .auth import Identity
-from .failures import Failure
+from ..auth import Identity
+from ..failures import Failure
+from ..metrics import selfmetrics
+from . import errors
 
 log = logging.getLogger("trainjob_status_server.access")
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .auth.claims import audience_for
-from .endpoint import STATUS_PATH
+from ..auth.claims import audience_for
+from ..http.endpoint import STATUS_PATH
 
 URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
 CA_CERT_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"

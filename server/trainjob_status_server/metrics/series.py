@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .views import condition_pairs, metric_pairs
+from ..kube.views import condition_pairs, metric_pairs
 
 PROGRESS = "trainjob_progress_ratio"
 ESTIMATED_REMAINING = "trainjob_estimated_remaining_seconds"

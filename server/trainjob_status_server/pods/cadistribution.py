@@ -28,13 +28,13 @@ from pathlib import Path
 
 from cryptography import x509
 
+from ..kube.backoff import Backoff
+from ..kube.cache import WatchCache
+from ..kube.client import KubeClient
+from ..kube.errors import KubeError, KubeUnavailable
+from ..kube.resources import CONFIGMAPS, Obj
+from ..kube.store import CacheEvent
 from .injection import CA_CONFIGMAP, CA_KEY
-from .kube.backoff import Backoff
-from .kube.cache import WatchCache
-from .kube.client import KubeClient
-from .kube.errors import KubeError, KubeUnavailable
-from .kube.resources import CONFIGMAPS, Obj
-from .kube.store import CacheEvent
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .kube.resources import Obj
+from .resources import Obj
 
 # Read by the cache (identity and ordering) and by the pod checks (deletion).
 _METADATA = (

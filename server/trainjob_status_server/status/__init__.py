@@ -1,0 +1,2 @@
+"""The status path behind the endpoint: the payload rules, the coalescing rules and the
+writer of accepted updates."""
