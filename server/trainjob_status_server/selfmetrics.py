@@ -11,8 +11,8 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from . import __version__
 
-# A Gauge rather than an Info: Info appends "_info" to its name, and the name dashboards
-# join on is trainjob_status_build_info.
+# A Gauge set to 1 rather than an Info: the same gauge family in both exposition formats
+# (OpenMetrics types an Info "info").
 BUILD_INFO = Gauge(
     "trainjob_status_build_info",
     "1, labelled with the server's version and the Python version it runs on.",
