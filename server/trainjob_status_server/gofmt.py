@@ -1,5 +1,7 @@
-"""Go's ``%q`` of a string and ``%v`` of a float64, for messages that must read as a real
-API server's byte for byte (its validation errors quote bad values with them).
+"""Go's ``%q`` of a string, ``%v`` of a float64 and kubectl's ages, for texts that must
+read as a real API server's or kubectl's byte for byte (validation errors quote bad
+values with the first two; ``kubectl trainjob`` and the development cluster's tables show
+ages and ETAs with the third).
 
 The one implementation in the project: the development cluster builds its other Go
 renderings (``%#v``, encoding/json floats) on these.
@@ -9,7 +11,14 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["exponent_form", "fixed_form", "go_float", "go_quote", "shortest_digits"]
+__all__ = [
+    "exponent_form",
+    "fixed_form",
+    "go_float",
+    "go_quote",
+    "human_duration",
+    "shortest_digits",
+]
 
 _ESCAPES = {
     "\a": "\\a",
@@ -89,3 +98,34 @@ def go_float(value: float) -> str:
     if not -4 <= point - 1 < 6:
         return exponent_form(value < 0, digits, point)
     return fixed_form(value < 0, digits, point)
+
+
+def human_duration(seconds: float) -> str:
+    """A duration as kubectl prints ages (apimachinery's ``duration.HumanDuration``):
+    45s, 5m30s, 3h, 2d4h, 1y30d."""
+    whole = int(seconds)
+    if whole < -1:
+        return "<invalid>"
+    if whole < 0:
+        return "0s"
+    if whole < 120:
+        return f"{whole}s"
+    minutes = whole // 60
+    if minutes < 10:
+        return f"{minutes}m{whole % 60}s" if whole % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = minutes // 60
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    days = hours // 24
+    if hours < 24 * 8:
+        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
+    if hours < 24 * 365 * 2:
+        return f"{days}d"
+    years = days // 365
+    if hours < 24 * 365 * 8:
+        return f"{years}y{days % 365}d" if days % 365 else f"{years}y"
+    return f"{years}y"
