@@ -165,7 +165,7 @@ class ValidationFailed(Exception):
 
 class Metric(NamedTuple):
     """One metric. A NamedTuple, not a dataclass: a post may carry 256 of them, and a
-    tuple is four times cheaper to build (measured)."""
+    tuple is cheaper to build than a dataclass instance."""
 
     name: str
     value: str
@@ -205,8 +205,8 @@ class EncodedStatus:
     """A valid update as the writer holds it: its ``lastUpdatedTime`` and receive time
     (what updates are ordered by: ``coalescing.ordering_time``) and its ``trainerStatus``
     object as compact JSON. A TrainJob's update can wait for its write for as long as the
-    API budget makes it, one per TrainJob: as JSON it takes about a third of the parsed
-    form's memory (8 metrics: 0.4 against 1.2 KiB)."""
+    API budget makes it, one per TrainJob: as JSON it takes a fraction of the parsed
+    form's memory (measured per pending update: docs/scaling.md, runs 4 and 5)."""
 
     last_updated_time: datetime  # aware, UTC
     json: bytes
