@@ -41,6 +41,13 @@ def test_each_distribution_pins_the_one_below_it_to_that_version() -> None:
     ]
 
 
+def test_the_changelog_starts_at_that_version() -> None:
+    headings = [
+        line for line in (ROOT / "CHANGELOG.md").read_text().splitlines() if line.startswith("## ")
+    ]
+    assert headings[0].startswith(f"## {VERSION} - ")
+
+
 def test_each_package_says_its_version() -> None:
     assert trainjob_status.__version__ == VERSION
     assert trainjob_status_server.__version__ == VERSION
