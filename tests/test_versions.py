@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import sysconfig
 import tomllib
 from pathlib import Path
@@ -52,6 +53,21 @@ def test_each_package_says_its_version() -> None:
     assert trainjob_status.__version__ == VERSION
     assert trainjob_status_server.__version__ == VERSION
     assert trainjob_devcluster.__version__ == VERSION
+
+
+def test_a_client_never_installed_says_so(tmp_path: Path) -> None:
+    # A copy of the package without its distribution's metadata, and no site-packages.
+    shutil.copytree(Path(trainjob_status.__file__).parent, tmp_path / "trainjob_status")
+    code = "import trainjob_status; print(trainjob_status.__version__)"
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "0+unknown\n", "")
 
 
 @pytest.mark.parametrize(
