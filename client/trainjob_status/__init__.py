@@ -15,7 +15,17 @@ Framework callbacks: ``trainjob_status.integrations.transformers.attach(trainer)
 ``trainjob-status report --progress 40 --eta 300 --metric loss=0.31``.
 """
 
+from importlib import metadata as _metadata
+
 from .reporter import Stats, StatusReporter
 from .shared import default_reporter, update_trainjob_status
 
-__all__ = ["Stats", "StatusReporter", "default_reporter", "update_trainjob_status"]
+# The distribution's own metadata is the one place the version is written down
+# (client/pyproject.toml); pip and the server's ``==`` pin read the same. A source tree on
+# sys.path that was never installed has none.
+try:
+    __version__ = _metadata.version("trainjob-status")
+except _metadata.PackageNotFoundError:
+    __version__ = "0+unknown"
+
+__all__ = ["Stats", "StatusReporter", "__version__", "default_reporter", "update_trainjob_status"]

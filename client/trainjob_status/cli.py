@@ -15,6 +15,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from . import __version__
 from .environment import CA_CERT_ENV, TOKEN_ENV, URL_ENV
 from .reporter import StatusReporter
 
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trainjob-status", description="Report a Kubeflow TrainJob's training status."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     report = commands.add_parser(
         "report",

@@ -5,7 +5,15 @@ trusts one static admin token. It speaks the real HTTP API closely enough that
 kubernetes-asyncio and kubectl work against it unchanged.
 """
 
+from importlib import metadata as _metadata
+
 from .cluster import DevCluster
 from .faults import Faults
 
-__all__ = ["DevCluster", "Faults"]
+# Written once, in devcluster/pyproject.toml; read from the installed metadata.
+try:
+    __version__ = _metadata.version("trainjob-devcluster")
+except _metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
+    __version__ = "0+unknown"
+
+__all__ = ["DevCluster", "Faults", "__version__"]

@@ -47,12 +47,14 @@ def selector_requirements(selector: Mapping[str, Any] | None) -> list[Requiremen
     """A metav1.LabelSelector as requirements (an empty or absent one matches all)."""
     if not selector:
         return []
-    found = [Requirement(k, "=", (str(v),)) for k, v in (selector.get("matchLabels") or {}).items()]
+    labels = (selector.get("matchLabels") or {}).items()
+    found = [Requirement(k, "in", frozenset({str(v)})) for k, v in labels]
     for expression in selector.get("matchExpressions") or []:
         op = _OPERATORS.get(expression.get("operator", ""))
         if op is None:
             raise ValueError(f"unknown selector operator {expression.get('operator')!r}")
-        found.append(Requirement(expression["key"], op, tuple(expression.get("values") or ())))
+        values = frozenset(expression.get("values") or ())
+        found.append(Requirement(expression["key"], op, values))
     return found
 
 

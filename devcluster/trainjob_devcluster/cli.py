@@ -11,6 +11,8 @@ from pathlib import Path
 
 from trainjob_status_server.cli import UsageParser
 
+from . import __version__
+
 
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
@@ -25,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
             "For development and tests only."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser(
         "serve",

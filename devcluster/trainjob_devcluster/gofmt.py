@@ -2,14 +2,22 @@
 
 A real kube-apiserver builds some texts with ``fmt`` verbs (``%v``, ``%#v``, ``%T``,
 ``%q``) applied to decoded JSON, and serializes list keys with Go's JSON encoder. Clients
-and tests compare those texts byte for byte, so the Go formats are reproduced here.
+and tests compare those texts byte for byte, so the Go formats are reproduced here, on
+the server's ``%q`` and float digits (``trainjob_status_server.gofmt``).
 """
 
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 from typing import Any
+
+from trainjob_status_server.gofmt import (
+    exponent_form,
+    fixed_form,
+    go_float,
+    go_quote,
+    shortest_digits,
+)
 
 __all__ = [
     "go_float",
@@ -22,89 +30,18 @@ __all__ = [
     "go_value_string",
 ]
 
-_SHORT_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-    '"': '\\"',
-    "\\": "\\\\",
-}
-
-
-def _digits(f: float) -> tuple[str, int]:
-    """Shortest round-trip digits of ``abs(f)`` and the decimal point position."""
-    _, digits, exponent = Decimal(repr(abs(f))).as_tuple()
-    text = "".join(map(str, digits)).rstrip("0") or "0"
-    assert isinstance(exponent, int)
-    point = len(digits) + exponent
-    return text, point
-
-
-def _format_e(neg: bool, digits: str, point: int) -> str:
-    mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-    exp = point - 1
-    return f"{'-' if neg else ''}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
-
-
-def _format_f(neg: bool, digits: str, point: int) -> str:
-    if point <= 0:
-        text = "0." + "0" * -point + digits
-    elif point >= len(digits):
-        text = digits + "0" * (point - len(digits))
-    else:
-        text = digits[:point] + "." + digits[point:]
-    return ("-" if neg else "") + text
-
-
-def go_float(f: float) -> str:
-    """``%v`` of a float64 (strconv 'g', shortest): ``0.31``, ``1e+06``, ``123456``."""
-    if f != f:
-        return "NaN"
-    if f in (float("inf"), float("-inf")):
-        return "+Inf" if f > 0 else "-Inf"
-    if f == 0:
-        return "-0" if str(f).startswith("-") else "0"
-    digits, point = _digits(f)
-    exp = point - 1
-    # With the shortest representation Go switches to an exponent from 1e+06 on.
-    if exp < -4 or exp >= 6:
-        return _format_e(f < 0, digits, point)
-    return _format_f(f < 0, digits, point)
-
 
 def go_json_float(f: float) -> str:
     """A float64 as encoding/json writes it (exponent only below 1e-6 or from 1e21)."""
     if f == 0:
         return "-0" if str(f).startswith("-") else "0"
-    digits, point = _digits(f)
+    digits, point = shortest_digits(f)
     if 1e-6 <= abs(f) < 1e21:
-        return _format_f(f < 0, digits, point)
-    text = _format_e(f < 0, digits, point)
+        return fixed_form(f < 0, digits, point)
+    text = exponent_form(f < 0, digits, point)
     # encoding/json trims a leading zero of a negative exponent: 1e-07 -> 1e-7.
     mantissa, _, exp = text.partition("e")
     return f"{mantissa}e{exp[0]}{exp[1:].lstrip('0') or '0'}"
-
-
-def go_quote(s: str) -> str:
-    """``%q`` (strconv.Quote) of a string."""
-    out = ['"']
-    for ch in s:
-        if ch in _SHORT_ESCAPES:
-            out.append(_SHORT_ESCAPES[ch])
-        elif ch.isprintable() or ch == " ":
-            out.append(ch)
-        elif ord(ch) < 0x80:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) < 0x10000:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    out.append('"')
-    return "".join(out)
 
 
 def _is_int(value: Any) -> bool:

@@ -1,10 +1,11 @@
 """The development cluster's HTTP/1.1 server: requests parsed by httptools, answers and
 watch events written to the connections at the end of each turn of the event loop.
 
-Why not aiohttp's web server, which the status server uses: on these machines it costs
-about 250 us of CPU per keep-alive HTTPS request before any handler runs, the same
-request through httptools and an asyncio protocol about 70 us. The cluster has to take
-2,000 status writes a second on one core so that it is never what our benchmarks measure,
+Why not aiohttp's web server, which the status server uses: it spends more CPU on a
+keep-alive HTTPS request before any handler runs than the cluster's whole write path
+does through httptools and an asyncio protocol. The cluster has to take 2,000 status
+writes a second on one core (``bench/devcluster_bench.py``, figures in the README's
+Benchmarks) so that it is never what our benchmarks measure,
 and the API it serves is small: requests with a body, answers with a length, and chunked
 watch streams. Everything is HTTP/1.1 with keep-alive; pipelined requests are answered in
 order.
@@ -432,7 +433,7 @@ class Connection(asyncio.Protocol):
 def layers_tls_itself(loop: asyncio.AbstractEventLoop) -> bool:
     """Whether TLS is layered by listener.tls_protocol (16 KiB buffers per connection)
     rather than by the loop: on asyncio's own loops, whose TLS is Python code with
-    256 KiB buffers. uvloop's is C and costs half the CPU per request (the standalone
+    256 KiB buffers. uvloop's is C and costs less CPU per request (the standalone
     cluster runs on it)."""
     return isinstance(loop, asyncio.BaseEventLoop)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .schemaformats import go_quote
+from .gofmt import go_quote
 from .status import Cause
 
 _LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import ipaddress
 import os
 import ssl
 import tempfile
@@ -22,52 +21,27 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from trainjob_status_server.certificates import pki
 
 DEFAULT_CA_NAME = "trainjob-status devcluster CA"
 DEFAULT_VALIDITY = datetime.timedelta(days=1)
-# Certificates start a little in the past so a client whose clock lags ours by a few
-# seconds does not reject a certificate minted a moment ago as "not yet valid".
-BACKDATE = datetime.timedelta(minutes=5)
 
 
 def _now(clock: Callable[[], float]) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(clock(), tz=datetime.UTC)
 
 
-def _new_key() -> ec.EllipticCurvePrivateKey:
-    # P-256: accepted by every TLS stack we care about and far faster to mint than RSA.
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _subject_alt_names(
-    dns_names: Sequence[str], ip_addresses: Sequence[str]
-) -> x509.SubjectAlternativeName:
-    entries: list[x509.GeneralName] = []
+def _check_dns_names(dns_names: Sequence[str]) -> None:
     for name in dns_names:
         if not name or name != name.strip():
             raise ValueError(f"invalid DNS name for a certificate: {name!r}")
-        entries.append(x509.DNSName(name))
-    for address in ip_addresses:
-        # ip_address raises ValueError for anything that is not a literal address.
-        entries.append(x509.IPAddress(ipaddress.ip_address(address)))
-    if not entries:
-        raise ValueError("a serving certificate needs at least one DNS name or IP address")
-    return x509.SubjectAlternativeName(entries)
 
 
 class CertificateAuthority:
-    """A self-signed CA minted at start; it signs the serving certificate.
+    """A self-signed CA minted at start; it signs the serving certificate. The
+    certificates are the server's own (``trainjob_status_server.certificates.pki``: extensions,
+    backdating, P-256 keys); this keeps the CA's key and clock.
 
     ``clock`` returns epoch seconds; it is injectable so tests can mint certificates
     that are already expired or not yet valid.
@@ -81,38 +55,8 @@ class CertificateAuthority:
     ) -> None:
         self._clock = clock
         self._validity = validity
-        self._key = _new_key()
-        now = _now(clock)
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-        public_key = self._key.public_key()
-        self._cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(public_key)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - BACKDATE)
-            .not_valid_after(now + validity)
-            # path_length=0: this CA signs leaf certificates only, never another CA.
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
-            .sign(self._key, hashes.SHA256())
-        )
-        self.cert_pem: bytes = self._cert.public_bytes(serialization.Encoding.PEM)
+        self.cert_pem, self._key_pem = pki.new_ca(_now(clock), validity, common_name)
+        self._cert = x509.load_pem_x509_certificate(self.cert_pem)
 
     @property
     def certificate(self) -> x509.Certificate:
@@ -129,48 +73,10 @@ class CertificateAuthority:
         Its lifetime defaults to the CA's and never outlasts it, since a leaf that
         outlives its issuer fails verification anyway.
         """
-        san = _subject_alt_names(dns_names, ip_addresses)
-        key = _new_key()
+        _check_dns_names(dns_names)
         now = _now(self._clock)
-        not_after = min(now + (validity or self._validity), self._cert.not_valid_after_utc)
-        # Go ignores the CN for host checks; it only helps humans reading the cert.
-        common_name = dns_names[0] if dns_names else ip_addresses[0]
-        ca_ski = self._cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-            .issuer_name(self._cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - BACKDATE)
-            .not_valid_after(not_after)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=False,
-                    crl_sign=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(san, critical=False)
-            .add_extension(
-                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
-            )
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),
-                critical=False,
-            )
-            .sign(self._key, hashes.SHA256())
-        )
-        return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+        lifetime = validity or self._validity
+        return pki.issue(self.cert_pem, self._key_pem, dns_names, now, lifetime, ip_addresses)
 
 
 @contextlib.contextmanager

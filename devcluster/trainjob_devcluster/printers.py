@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trainjob_devcluster.resources import ResourceType
+from trainjob_status_server.gofmt import human_duration
 
 Column = dict[str, Any]
 Row = list[Any]
@@ -30,37 +31,6 @@ _NAME_COLUMN: Column = {
 
 def _column(name: str, kind: str = "string", priority: int = 0, fmt: str = "") -> Column:
     return {"name": name, "type": kind, "format": fmt, "description": "", "priority": priority}
-
-
-def human_duration(seconds: float) -> str:
-    """The server's short duration format: 59s, 2m5s, 3h10m, 5d2h, 1y30d."""
-    s = int(seconds)
-    if s < -1:
-        return "<invalid>"  # clocks may differ by a second: still "now"
-    if s < 0:
-        return "0s"
-    if s < 120:
-        return f"{s}s"
-    minutes, hours, days = s // 60, s // 3600, s // 86400
-
-    def pair(big: int, unit: str, small: int, small_unit: str) -> str:
-        return f"{big}{unit}" if small == 0 else f"{big}{unit}{small}{small_unit}"
-
-    if minutes < 10:
-        return pair(minutes, "m", s % 60, "s")
-    if minutes < 180:
-        return f"{minutes}m"
-    if hours < 8:
-        return pair(hours, "h", minutes % 60, "m")
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        return pair(days, "d", hours % 24, "h")
-    if hours < 24 * 365 * 2:
-        return f"{days}d"
-    if hours < 24 * 365 * 8:
-        return pair(days // 365, "y", days % 365, "d")
-    return f"{days // 365}y"
 
 
 def _parse_time(value: Any) -> datetime | None:

@@ -13,10 +13,13 @@ import base64
 import binascii
 import datetime
 import ipaddress
-import math
 import re
 from collections.abc import Callable
 from typing import Any
+
+from trainjob_status_server.gofmt import go_float, go_quote
+
+from .gofmt import go_sharp_v
 
 REQUIRED = "FieldValueRequired"
 NOT_SUPPORTED = "FieldValueNotSupported"
@@ -51,67 +54,6 @@ def field_message(reason: str, value: Any, detail: str, *, show_value: bool = Tr
     return f"{text}: {detail}" if detail else text
 
 
-_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-}
-
-
-def go_quote(text: str) -> str:
-    """``%q`` of a string (strconv.Quote)."""
-    out = ['"']
-    for ch in text:
-        code = ord(ch)
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif ch.isprintable():
-            # Python's printable set is Go's unicode.IsPrint: L, M, N, P, S and ASCII space.
-            out.append(ch)
-        elif ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif code < 0x80:
-            out.append(f"\\x{code:02x}")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
-
-
-def go_float(value: float) -> str:
-    """``%v`` of a float64: shortest digits, exponent form below 1e-4 and from 1e6 on."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value == 0:
-        return "-0" if math.copysign(1.0, value) < 0 else "0"
-    sign = "-" if value < 0 else ""
-    # repr has the same shortest round-trip digits as strconv; only the layout differs.
-    mantissa, _, exp_text = repr(abs(value)).partition("e")
-    whole, _, frac = mantissa.partition(".")
-    raw = whole + frac
-    digits = raw.lstrip("0")
-    point = len(whole) + (int(exp_text) if exp_text else 0) - (len(raw) - len(digits))
-    digits = digits.rstrip("0")
-    exp = point - 1
-    # strconv's %g with the shortest precision switches to %e when exp < -4 or exp >= 6.
-    if exp < -4 or exp >= 6:
-        head = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{sign}{head}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
-    if point <= 0:
-        return f"{sign}0.{'0' * -point}{digits}"
-    if point >= len(digits):
-        return sign + digits + "0" * (point - len(digits))
-    return f"{sign}{digits[:point]}.{digits[point:]}"
-
-
 def go_value(value: Any) -> str:
     """A bad value as field.Error prints it (the ``<v>`` of ``Invalid value: <v>``)."""
     if value is None:
@@ -126,19 +68,7 @@ def go_value(value: Any) -> str:
         return go_float(value)
     if isinstance(value, str):
         return go_quote(value)
-    return go_repr(value)
-
-
-def go_repr(value: Any) -> str:
-    """``%#v`` of decoded JSON; Go prints map keys sorted."""
-    if value is None:
-        return "interface {}(nil)"
-    if isinstance(value, dict):
-        inner = ", ".join(f"{go_quote(k)}:{go_repr(value[k])}" for k in sorted(value))
-        return "map[string]interface {}{" + inner + "}"
-    if isinstance(value, list):
-        return "[]interface {}{" + ", ".join(go_repr(v) for v in value) + "}"
-    return go_value(value)
+    return go_sharp_v(value)
 
 
 # -- formats (kube-openapi strfmt) ----------------------------------------------------

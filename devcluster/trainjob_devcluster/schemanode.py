@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from .gofmt import go_float, go_quote
 from .schemaformats import (
     FORMAT_CHECKS,
     INVALID,
@@ -25,8 +26,6 @@ from .schemaformats import (
     TOO_MANY,
     TYPE_INVALID,
     field_message,
-    go_float,
-    go_quote,
 )
 from .status import Cause
 

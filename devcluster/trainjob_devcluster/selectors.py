@@ -2,33 +2,22 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from trainjob_status_server.pods.injection import Requirement, Selector
 
 from .status import ApiError
 
-_SET_RE = re.compile(r"^\s*(!?)\s*([A-Za-z0-9_./-]+)\s*(?:(in|notin)\s*\((.*?)\))?\s*$")
-
-
-@dataclass(frozen=True)
-class Requirement:
-    key: str
-    op: str  # "=", "!=", "in", "notin", "exists", "!exists"
-    values: tuple[str, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        present = self.key in labels
-        value = labels.get(self.key)
-        if self.op == "exists":
-            return present
-        if self.op == "!exists":
-            return not present
-        if self.op in ("=", "in"):
-            return present and value in self.values
-        # "!=" and "notin" also match objects without the label, as in Kubernetes.
-        return not present or value not in self.values
+__all__ = [
+    "Requirement",
+    "field_value",
+    "labels_match",
+    "parse_field_selector",
+    "parse_label_selector",
+    "pinned_value",
+    "sole_value",
+]
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -57,31 +46,14 @@ def _bad_selector(kind: str, text: str) -> ApiError:
 
 
 def parse_label_selector(text: str | None) -> list[Requirement]:
-    """Parse ``a=b,c!=d,e in (f,g),!h,i``; an empty selector matches everything."""
+    """Parse ``a=b,c!=d,e in (f,g),!h,i``; an empty selector matches everything. The
+    server's parser (the pod injector's ``--inject-selector``), with the API server's 400."""
     if not text:
         return []
-    requirements: list[Requirement] = []
-    for part in _split_top_level(text):
-        for op in ("!=", "==", "="):
-            if op in part and "(" not in part:
-                key, _, value = part.partition(op)
-                requirements.append(
-                    Requirement(key.strip(), "!=" if op == "!=" else "=", (value.strip(),))
-                )
-                break
-        else:
-            match = _SET_RE.match(part)
-            if not match:
-                raise _bad_selector("label", text)
-            negate, key, set_op, values = match.groups()
-            if set_op:
-                if negate:
-                    raise _bad_selector("label", text)
-                vals = tuple(v.strip() for v in values.split(",") if v.strip())
-                requirements.append(Requirement(key, set_op, vals))
-            else:
-                requirements.append(Requirement(key, "!exists" if negate else "exists"))
-    return requirements
+    try:
+        return list(Selector.parse(text).requirements)
+    except ValueError:
+        raise _bad_selector("label", text) from None
 
 
 def labels_match(requirements: list[Requirement], obj: Mapping[str, Any]) -> bool:

@@ -85,8 +85,9 @@ class Event:
     version), with keys in JSON order. The window then holds one string per object
     rather than a tree of about a hundred small objects, and the write that pushes the
     oldest event out frees that string instead of walking the tree through memory long
-    out of the CPU's caches: on these machines a write with 1,000 watches open costs
-    about 5% less CPU, and a full window of TrainJob writes takes a third less memory.
+    out of the CPU's caches: a write with 1,000 watches open costs less CPU, and a full
+    window of TrainJob writes takes less memory (figures: the README's development
+    cluster section).
     """
 
     __slots__ = (

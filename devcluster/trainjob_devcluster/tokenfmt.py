@@ -12,38 +12,9 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from trainjob_status_server.gofmt import go_quote
+
 from .status import ApiError, bad_request
-
-_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-}
-
-
-def go_quote(value: str) -> str:
-    """Go's ``strconv.Quote`` (``%q`` of a string)."""
-    out = ['"']
-    for char in value:
-        code = ord(char)
-        if char in ('"', "\\"):
-            out.append("\\" + char)
-        elif char.isprintable():
-            out.append(char)
-        elif char in _ESCAPES:
-            out.append(_ESCAPES[char])
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\x{code:02x}")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
 
 
 def go_quote_list(values: Sequence[str]) -> str:

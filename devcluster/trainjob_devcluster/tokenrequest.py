@@ -13,12 +13,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trainjob_status_server.gofmt import go_quote
+
 from .signing import SigningKeys
 from .status import ApiError, Cause, bad_request, invalid
 from .tokenfmt import (
     cannot_unmarshal,
     format_rfc3339,
-    go_quote,
     object_field,
     string_field,
     string_list_field,

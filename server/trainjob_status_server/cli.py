@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from . import config, logs
+from . import __version__, config, logs
 from .certificates import tls
 from .kube.errors import KubeConfigError
 
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trainjob-status-server",
         description="Status ingest server for Kubeflow Trainer TrainJobs.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser(

@@ -63,7 +63,7 @@ class Config:
     sa_rate_limit: float = 500.0
     sa_rate_burst: int = 2000
     token_cache_size: int = 10_000
-    # Pod injector, CA distribution, certificate bootstrap (issue 9).
+    # Pod injector, CA distribution, certificate bootstrap.
     inject_pods: bool = True
     inject_selector: str = "trainer.kubeflow.org/trainjob-ancestor-step=trainer"
     inject_timeout: float = 2.0

@@ -18,13 +18,14 @@ from trainjob_devcluster.fieldmanager import (
     track_update,
 )
 from trainjob_devcluster.fieldsets import FieldSet, path_string
-from trainjob_devcluster.gofmt import go_float, go_json, go_sharp_v
+from trainjob_devcluster.gofmt import go_json, go_sharp_v
 from trainjob_devcluster.resources import (
     ResourceType,
     load_trainjob_crd,
     resource_from_crd,
 )
 from trainjob_devcluster.status import ApiError
+from trainjob_status_server.gofmt import go_float
 
 GV = "trainer.kubeflow.org/v1alpha1"
 T24 = "2026-12-02T18:33:24Z"

@@ -6,12 +6,13 @@ from typing import Any
 import pytest
 
 from trainjob_devcluster import printers
-from trainjob_devcluster.printers import custom_cell, human_duration, jsonpath, table
+from trainjob_devcluster.printers import custom_cell, jsonpath, table
 from trainjob_devcluster.resources import (
     ResourceType,
     load_trainjob_crd,
     resource_from_crd,
 )
+from trainjob_status_server.gofmt import human_duration
 
 NOW = datetime(2025, 1, 1, 0, 10, tzinfo=UTC)
 NAME_COLUMN = {

@@ -8,13 +8,9 @@ from typing import Any
 import pytest
 
 from trainjob_devcluster.schema import NOT_CHECKED, StructuralSchema
-from trainjob_devcluster.schemaformats import (
-    go_float,
-    go_quote,
-    go_value,
-    is_date_time,
-)
+from trainjob_devcluster.schemaformats import go_value, is_date_time
 from trainjob_devcluster.schemanode import same
+from trainjob_status_server.gofmt import go_float, go_quote
 
 WIDGET_SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -37,10 +37,14 @@ def test_label_selectors(selector: str, labels: dict[str, str], expected: bool) 
     assert labels_match(parse_label_selector(selector), obj(labels)) is expected
 
 
-def test_bad_label_selector_is_400() -> None:
+@pytest.mark.parametrize("selector", ["a in (x", "a in ()", "a=b=c", "a=1,,b"])
+def test_bad_label_selector_is_400(selector: str) -> None:
     with pytest.raises(ApiError) as err:
-        parse_label_selector("a in (x")
+        parse_label_selector(selector)
     assert err.value.code == 400
+    assert err.value.message == (
+        f'unable to parse requirement: invalid label selector: "{selector}"'
+    )
 
 
 def test_field_selectors() -> None:

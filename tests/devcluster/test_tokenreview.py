@@ -11,8 +11,8 @@ import pytest
 
 from trainjob_devcluster.signing import b64url
 from trainjob_devcluster.status import ApiError
-from trainjob_devcluster.tokenfmt import go_quote
 from trainjob_devcluster.tokens import SigningKeys, TokenIssuer
+from trainjob_status_server.gofmt import go_quote
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 AUD = "trainer.kubeflow.org/v1alpha1/namespaces/rec/trainjobs/tj-rec/status"

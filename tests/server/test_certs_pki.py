@@ -161,3 +161,23 @@ def test_split_pem_and_describe_show_no_key() -> None:
     described = pki.describe(bundle)
     assert set(described) == {"ca_serial", "ca_not_after", "cas", "cert_serial", "cert_not_after"}
     assert "PRIVATE" not in " ".join(described.values())
+
+
+def test_the_bootstrap_ca_is_named_with_its_serial_and_a_given_name_is_kept() -> None:
+    default = x509.load_pem_x509_certificate(pki.new_ca(T0, DAY)[0])
+    assert default.subject.rfc4514_string() == f"CN=trainjob-status CA {default.serial_number:x}"
+    named = x509.load_pem_x509_certificate(pki.new_ca(T0, DAY, "demo CA")[0])
+    assert named.subject.rfc4514_string() == "CN=demo CA"
+
+
+def test_a_serving_certificate_for_addresses_only() -> None:
+    ca_cert, ca_key = pki.new_ca(T0, DAY)
+    cert = x509.load_pem_x509_certificate(pki.issue(ca_cert, ca_key, (), T0, DAY, ["::1"])[0])
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(a) for a in san.get_values_for_type(x509.IPAddress)] == ["::1"]
+    assert san.get_values_for_type(x509.DNSName) == []
+    assert cert.subject.rfc4514_string() == "CN=::1"
+    with pytest.raises(
+        ValueError, match=r"^a serving certificate needs at least one DNS name or IP address$"
+    ):
+        pki.issue(ca_cert, ca_key, (), T0, DAY)

@@ -25,6 +25,7 @@ import yaml
 from rich.console import Console
 
 from trainjob_devcluster import DevCluster
+from trainjob_status_server.gofmt import human_duration
 from trainjob_status_server.kube import KubeClient
 from trainjob_status_server.kube.errors import KubeError, KubeUnavailable
 from trainjob_status_server.kubectl_trainjob.command import kubeconfig_file
@@ -34,7 +35,6 @@ from trainjob_status_server.kubectl_trainjob.rows import (
     Row,
     chosen_metrics,
     document,
-    human_duration,
     progress_bar,
     row_of,
     shown_metrics,

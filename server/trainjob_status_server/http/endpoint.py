@@ -1,4 +1,4 @@
-"""The status endpoint: the request path of DESIGN.md's data flow, top to bottom.
+"""The status endpoint: the request path of docs/design.md, top to bottom.
 
 It decides nothing itself: sizes, identities, payload rules and write outcomes come from
 the components and pure functions it calls, and their refusals (``failures.Failure``)

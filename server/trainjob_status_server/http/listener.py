@@ -16,10 +16,11 @@ too (the answer waits to be sent): a connection whose writes stay paused for
 ``write_timeout`` seconds is closed.
 
 TLS is layered here rather than by ``create_server(ssl=...)`` for one reason: memory.
-asyncio gives every TLS connection a 256 KiB receive buffer, written through when it is
-made, so 1,000 idle keep-alive connections from pods cost 250 MiB. A status post is a
-few KiB; a buffer of one TLS record (16 KiB), shared by all connections, reads it in the
-same number of calls.
+asyncio gives every TLS connection a receive buffer of its own (``SSLProtocol.max_size``,
+256 KiB), written through when it is made, and every idle keep-alive connection from a
+pod holds it. A status post is a few KiB; a buffer of one TLS record (16 KiB), shared by
+all connections, reads it in the same number of calls. What a connection holds either
+way, measured: docs/connections.md and docs/scaling.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """What the server keeps of the objects it caches (pure): only the fields it reads.
 
 A watch cache holding whole objects pays for every label, annotation, spec and
-managedFields entry of every TrainJob and pod in the cluster (13 and 17 KiB of Python
-heap each for typical ones); the server reads a handful of fields. Views keep those, in
+managedFields entry of every TrainJob and pod in the cluster (the heap of typical ones,
+measured: docs/scaling.md); the server reads a handful of fields. Views keep those, in
 the objects' own shape, so code reading a view reads it as it would the whole object.
 Namespace and name strings are interned: the same TrainJob's key then costs one copy
 across the caches, the writer and the exporter.
 
 One departure from the objects' shape, for size: a TrainJob view's
 ``status.trainerStatus.metrics`` is a tuple of (name, value) pairs instead of a list of
-{name, value} objects (a two-key dict costs 184 B, a pair 56 B; 8 metrics on 10,000
-TrainJobs make the difference 10 MiB), and ``status.conditions`` a tuple of (type,
+{name, value} objects (a two-key dict is several times the size of a pair, for every
+metric of every cached TrainJob), and ``status.conditions`` a tuple of (type,
 status) pairs, without the reasons, messages and times. Entries that are not an object
 with a string name and value (type and status) are left out: nothing could export them.
 """

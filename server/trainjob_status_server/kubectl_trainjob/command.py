@@ -16,6 +16,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from rich.live import Live
 
+from .. import __version__
 from ..kube.client import KubeClient, ObjectList
 from ..kube.errors import KubeConfigError, KubeError, KubeUnavailable
 from ..kube.resources import TRAINJOBS, key_of
@@ -188,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kubectl trainjob",
         description="Kubeflow Trainer TrainJobs at a glance (a kubectl plugin).",
     )
+    # Long form only: to a kubectl user -v is the log verbosity, a flag of kubectl's own.
+    parser.add_argument("--version", action="version", version=f"{USER_AGENT} {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cmd = commands.add_parser(
         "progress",

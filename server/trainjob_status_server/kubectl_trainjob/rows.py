@@ -10,6 +10,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from ..gofmt import human_duration
 from ..kube.resources import Obj, key_of
 from ..metrics.series import parse_number, parse_time
 from .terminal import printable
@@ -85,37 +86,6 @@ def state_of(conditions: Any) -> str | None:
         if isinstance(item, dict) and item.get("status") == "True"
     }
     return next((state for state in STATES if state in held), None)
-
-
-def human_duration(seconds: float) -> str:
-    """A duration as kubectl prints ages (``duration.HumanDuration``): 45s, 5m30s, 3h,
-    2d4h ..."""
-    whole = int(seconds)
-    if whole < -1:
-        return "<invalid>"
-    if whole < 0:
-        return "0s"
-    if whole < 120:
-        return f"{whole}s"
-    minutes = whole // 60
-    if minutes < 10:
-        return f"{minutes}m{whole % 60}s" if whole % 60 else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = minutes // 60
-    if hours < 8:
-        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    days = hours // 24
-    if hours < 24 * 8:
-        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
-    if hours < 24 * 365 * 2:
-        return f"{days}d"
-    years = days // 365
-    if hours < 24 * 365 * 8:
-        return f"{years}y{days % 365}d" if days % 365 else f"{years}y"
-    return f"{years}y"
 
 
 def progress_bar(percent: int | None, width: int = BAR_WIDTH) -> str:

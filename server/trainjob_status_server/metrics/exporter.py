@@ -8,12 +8,13 @@ Each TrainJob exports ``max_names`` distinct metric names at most over its life
 (``series.admit``); the exporter remembers the names it let a TrainJob export until the
 TrainJob is deleted.
 
-Rendering: prometheus_client's generic renderer costs about 14 us per sample here (1.5 s
-for 10,000 TrainJobs with 10 metrics), so each TrainJob's sample lines are rendered once,
-when its watch event arrives, and a scrape joins them (``bench/exporter.py``). The
-server's own metrics go through prometheus_client as usual, and ``collector`` offers
-the same TrainJob series as a regular prometheus_client collector; a test holds the two
-paths to the same bytes.
+Rendering: prometheus_client's generic renderer builds and formats every sample at every
+scrape, which a page of a hundred thousand TrainJob series cannot afford, so each
+TrainJob's sample lines are rendered once, when its watch event arrives, and a scrape
+joins them (figures and the command that measures them: docs/scaling.md, "The metrics
+page"). The server's own metrics go through prometheus_client as usual, and
+``collector`` offers the same TrainJob series as a regular prometheus_client collector;
+a test holds the two paths to the same bytes.
 """
 
 from __future__ import annotations

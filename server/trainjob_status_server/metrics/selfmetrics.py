@@ -5,7 +5,20 @@ registry.
 
 from __future__ import annotations
 
+import platform
+
 from prometheus_client import Counter, Gauge, Histogram
+
+from .. import __version__
+
+# A Gauge set to 1 rather than an Info: the same gauge family in both exposition formats
+# (OpenMetrics types an Info "info").
+BUILD_INFO = Gauge(
+    "trainjob_status_build_info",
+    "1, labelled with the server's version and the Python version it runs on.",
+    ["version", "python"],
+)
+BUILD_INFO.labels(__version__, platform.python_version()).set(1)
 
 REQUESTS = Counter("trainjob_status_requests", "Status posts answered, by HTTP code.", ["code"])
 REQUEST_DURATION = Histogram(

@@ -110,7 +110,7 @@ _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
 _UNEXPORTABLE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 NONE_SKIPPED: frozenset[tuple[str, str]] = frozenset()
-"""Shared by every TrainJob with nothing skipped (216 B each otherwise)."""
+"""Shared by every TrainJob with nothing skipped, instead of an empty set each."""
 NONE_REFUSED: frozenset[str] = frozenset()
 
 

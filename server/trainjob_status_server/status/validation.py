@@ -73,6 +73,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from ..failures import Failure
+from ..gofmt import go_float, go_quote
 
 __all__ = [
     "GROUP",
@@ -159,13 +160,13 @@ class ValidationFailed(Failure):
         self.causes = tuple(causes)
         parts = [f"{c.field}: {c.message}" for c in self.causes]
         joined = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
-        self.message = f"{KIND}.{GROUP} {_go_quote(name)} is invalid: {joined}"
+        self.message = f"{KIND}.{GROUP} {go_quote(name)} is invalid: {joined}"
         super().__init__(self.message)
 
 
 class Metric(NamedTuple):
     """One metric. A NamedTuple, not a dataclass: a post may carry 256 of them, and a
-    tuple is four times cheaper to build (measured)."""
+    tuple is cheaper to build than a dataclass instance."""
 
     name: str
     value: str
@@ -205,8 +206,8 @@ class EncodedStatus:
     """A valid update as the writer holds it: its ``lastUpdatedTime`` and receive time
     (what updates are ordered by: ``coalescing.ordering_time``) and its ``trainerStatus``
     object as compact JSON. A TrainJob's update can wait for its write for as long as the
-    API budget makes it, one per TrainJob: as JSON it takes about a third of the parsed
-    form's memory (8 metrics: 0.4 against 1.2 KiB)."""
+    API budget makes it, one per TrainJob: as JSON it takes a fraction of the parsed
+    form's memory (measured per pending update: docs/scaling.md, runs 4 and 5)."""
 
     last_updated_time: datetime  # aware, UTC
     json: bytes
@@ -342,7 +343,7 @@ def _float_integer(value: float, key: str, maximum: int | None, causes: list[Cau
         )
     if not whole or not _I32_MIN <= value <= _I32_MAX:
         causes.append(_range_cause(key))
-    _bounds(value, _go_float(value), key, maximum, causes)
+    _bounds(value, go_float(value), key, maximum, causes)
     return int(value) if whole else None
 
 
@@ -541,7 +542,7 @@ def _date_time(text: str, causes: list[Cause]) -> datetime | None:
                 return stamp - offset if sign == "+" else stamp + offset
             except OverflowError:
                 return None
-    quoted = _go_quote(text)
+    quoted = go_quote(text)
     causes.append(
         Cause(
             TYPE_INVALID,
@@ -556,7 +557,7 @@ def _date_time(text: str, causes: list[Cause]) -> datetime | None:
 def _time_cause(text: str, detail: str) -> Cause:
     return Cause(
         INVALID,
-        f"Invalid value: {_go_quote(text)}: {detail}",
+        f"Invalid value: {go_quote(text)}: {detail}",
         "status.trainerStatus.lastUpdatedTime",
     )
 
@@ -581,59 +582,3 @@ def _json_type(value: Any) -> str:
 
 def _type_detail(path: str, expected: str, value: Any) -> str:
     return f"{path}: must be {expected}, got {_json_type(value)}"
-
-
-_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-}
-
-
-def _go_quote(text: str) -> str:
-    """Go's ``%q`` (strconv.Quote): how the API server shows a bad string value."""
-    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
-        return f'"{text}"'
-    out = ['"']
-    for ch in text:
-        code = ord(ch)
-        if ch == '"' or ch == "\\":
-            out.append("\\" + ch)
-        elif ch.isprintable():  # Python's printable set is Go's unicode.IsPrint
-            out.append(ch)
-        elif ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif code < 0x80:
-            out.append(f"\\x{code:02x}")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
-
-
-def _go_float(value: float) -> str:
-    """Go's ``%v`` of a finite float64: shortest digits, exponent below 1e-4 and from 1e6."""
-    if value == 0:
-        return "-0" if math.copysign(1.0, value) < 0 else "0"
-    sign = "-" if value < 0 else ""
-    mantissa, _, exp_text = repr(abs(value)).partition("e")
-    whole, _, frac = mantissa.partition(".")
-    raw = whole + frac
-    digits = raw.lstrip("0")
-    point = len(whole) + (int(exp_text) if exp_text else 0) - (len(raw) - len(digits))
-    digits = digits.rstrip("0")
-    exp = point - 1
-    if exp < -4 or exp >= 6:
-        head = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{sign}{head}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
-    if point <= 0:
-        return f"{sign}0.{'0' * -point}{digits}"
-    if point >= len(digits):
-        return sign + digits + "0" * (point - len(digits))
-    return f"{sign}{digits[:point]}.{digits[point:]}"
