@@ -15,7 +15,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from .environment import CA_CERT_ENV, TOKEN_ENV, URL_ENV
+from .contract import CA_CERT_ENV, TOKEN_ENV, URL_ENV
 from .reporter import StatusReporter
 
 EXIT_OK = 0
