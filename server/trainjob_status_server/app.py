@@ -13,6 +13,8 @@ import ssl
 
 from aiohttp import web
 
+from trainjob_status.contract import STATUS_PATH
+
 from . import certs, errors
 from .auth import Authenticator, TokenAuthenticator
 from .budgets import Budgets, unavailable_for
@@ -20,7 +22,7 @@ from .cadistribution import CADistribution
 from .certs import CertBootstrap, CertSettings, WebhookCABundle
 from .coalescing import writes_in_flight
 from .config import Config
-from .endpoint import STATUS_PATH, StatusEndpoint
+from .endpoint import StatusEndpoint
 from .exporter import Exporter
 from .injection import Selector, Target
 from .kube.cache import WatchCache

@@ -22,8 +22,6 @@ from .config import MAX_BODY_BYTES
 from .middleware import TRAINJOB
 from .validation import EncodedStatus
 
-STATUS_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
-
 Exists = Callable[[str, str], Awaitable[bool]]
 Write = Callable[[str, str, EncodedStatus], Awaitable[None]]
 Clock = Callable[[], dt.datetime]

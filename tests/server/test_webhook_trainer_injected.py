@@ -17,8 +17,8 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import audience as audience_for
 from trainjob_status_server import injection
-from trainjob_status_server.auth.claims import audience_for
 from trainjob_status_server.injection import FirstSighting, Target
 from trainjob_status_server.webhook import InjectorSettings
 

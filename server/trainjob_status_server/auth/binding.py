@@ -26,6 +26,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from trainjob_status.contract import JOBSET_NAME_LABEL
+
 from .. import errors
 from ..budgets import unavailable_for
 from ..kube.cache import WatchCache
@@ -37,7 +39,7 @@ from ..views import pod_view
 from . import failures
 from .failures import AuthFailure
 
-MEMBERSHIP_LABEL = "jobset.sigs.k8s.io/jobset-name"
+MEMBERSHIP_LABEL = JOBSET_NAME_LABEL
 TRAINJOB_PODS = MEMBERSHIP_LABEL  # the selector: every pod that has the label
 
 
