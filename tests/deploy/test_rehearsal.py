@@ -23,6 +23,8 @@ import aiohttp
 import pytest
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import ENV_NAMES as ENV
+from trainjob_status.contract import GROUP
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.kube.resources import PODS
 
@@ -31,12 +33,6 @@ from .rendering import Doc, one, render
 
 TEAM = "team-a"
 JOB = "llama"
-GROUP = "trainer.kubeflow.org"
-ENV = (
-    "KUBEFLOW_TRAINER_SERVER_URL",
-    "KUBEFLOW_TRAINER_SERVER_CA_CERT",
-    "KUBEFLOW_TRAINER_SERVER_TOKEN",
-)
 
 
 async def until(condition: Callable[[], bool], what: str, within: float = 20.0) -> None:

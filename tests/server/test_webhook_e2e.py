@@ -23,6 +23,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import GROUP
 from trainjob_status_server import certs, injection
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth import AuthSettings, TokenAuthenticator
@@ -34,7 +35,6 @@ from trainjob_status_server.webhook import INJECT_PATH, InjectorSettings, JobSet
 
 from .test_webhook_support import (
     ANCESTOR,
-    GROUP,
     NS,
     SERVICE_HOST,
     TJ,
