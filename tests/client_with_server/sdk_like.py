@@ -22,6 +22,8 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from trainjob_status.contract import CA_CERT_ENV, TOKEN_ENV, URL_ENV
+
 
 class SdkLikeClient:
     def __init__(
@@ -33,9 +35,9 @@ class SdkLikeClient:
         timeout: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.url = environ.get("KUBEFLOW_TRAINER_SERVER_URL")
-        self.token_path = environ.get("KUBEFLOW_TRAINER_SERVER_TOKEN")
-        self.ca_path = environ.get("KUBEFLOW_TRAINER_SERVER_CA_CERT")
+        self.url = environ.get(URL_ENV)
+        self.token_path = environ.get(TOKEN_ENV)
+        self.ca_path = environ.get(CA_CERT_ENV)
         self.min_interval = min_interval
         self.token_ttl = token_ttl
         self.timeout = timeout

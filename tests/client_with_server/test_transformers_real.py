@@ -17,21 +17,17 @@ import transformers
 from prometheus_client.parser import text_string_to_metric_families
 from transformers.integrations import KubeflowCallback
 
+from client.sink import Sink
 from trainjob_devcluster import DevCluster
 from trainjob_status import StatusReporter
+from trainjob_status.contract import ENV_NAMES as ENV
 from trainjob_status.integrations.transformers import TrainJobStatusCallback, attach
 from trainjob_status.transport import USER_AGENT
 from trainjob_status_server.app import StatusServer
 
 from .conftest import Pod, stored_status
 from .hf_trainer import ShellTrainer, arguments
-from .sink import Sink
 
-ENV = (
-    "KUBEFLOW_TRAINER_SERVER_URL",
-    "KUBEFLOW_TRAINER_SERVER_TOKEN",
-    "KUBEFLOW_TRAINER_SERVER_CA_CERT",
-)
 WARNING = "transformers' KubeflowCallback may also be posting this TrainJob's status"
 
 
