@@ -47,6 +47,7 @@ unit: $(STAMP)
 
 $(VENV_PY39)/.installed: pyproject.toml
 	rm -rf $(VENV_PY39)
+	$(PYPY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 9) and "$(PYPY) is not Python 3.9")'
 	$(PYPY) -m venv $(VENV_PY39)
 	$(VENV_PY39)/bin/pip install --quiet --upgrade pip
 	$(VENV_PY39)/bin/pip install --quiet --group client-py39
