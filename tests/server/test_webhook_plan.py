@@ -159,12 +159,12 @@ def test_override_existing_replaces_only_what_differs() -> None:
         {
             "name": "node",
             "image": "n",
-            "env": [{"name": "KUBEFLOW_TRAINER_SERVER_URL", "value": "u"}],
+            "env": [{"name": URL_ENV, "value": "u"}],
         },
         {
             "name": "node",
             "image": "n",
-            "env": [{"name": "KUBEFLOW_TRAINER_SERVER_TOKEN", "valueFrom": {"secretKeyRef": {}}}],
+            "env": [{"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {}}}],
         },
         {
             "name": "node",
