@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from dataclasses import dataclass
 from email.parser import BytesParser
 from pathlib import Path
 
@@ -67,11 +68,27 @@ def offline_environ() -> dict[str, str]:
     return env
 
 
-def run(*command: str | Path, env: dict[str, str] | None = None) -> None:
+def run(*command: str | Path, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(
         [str(part) for part in command], capture_output=True, text=True, timeout=300, env=env
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+def distributions(venv: Path) -> set[str]:
+    """The names of the distributions the virtualenv's interpreter sees."""
+    listed = run(
+        venv / "bin" / "python", "-I", "-c",
+        "import importlib.metadata as m; print(*(d.metadata['Name'] for d in m.distributions()))",
+    )  # fmt: skip
+    return set(listed.split())
+
+
+@dataclass(frozen=True)
+class PyPyVenv:
+    path: Path
+    added: set[str]  # the distributions the client's install added to the fresh virtualenv
 
 
 @pytest.fixture(scope="module")
@@ -92,18 +109,19 @@ def client_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pypy_venv(client_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def pypy_venv(client_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> PyPyVenv:
     """A fresh PyPy virtualenv with the client's wheel installed, offline, and nothing else."""
     pypy = require_pypy()
     venv = tmp_path_factory.mktemp("pypy") / "venv"
     run(pypy, "-m", "venv", venv)
+    fresh = distributions(venv)
     # No --no-deps: were a dependency declared, this install would fail for want of it.
     run(
         venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-index",
         "--find-links", client_wheel.parent, "trainjob-status",
         env=offline_environ(),
     )  # fmt: skip
-    return venv
+    return PyPyVenv(venv, distributions(venv) - fresh)
 
 
 def test_the_wheel_holds_the_package_alone_and_needs_nothing(client_wheel: Path) -> None:
@@ -120,19 +138,20 @@ def test_the_wheel_holds_the_package_alone_and_needs_nothing(client_wheel: Path)
 
 
 async def test_the_installed_wheel_reports_on_pypy_39(
-    pypy_venv: Path, pod: Pod, devcluster: DevCluster
+    pypy_venv: PyPyVenv, pod: Pod, devcluster: DevCluster
 ) -> None:
-    python = pypy_venv / "bin" / "python"
+    assert pypy_venv.added == {"trainjob-status"}
+    python = pypy_venv.path / "bin" / "python"
     # -I: neither the working directory nor PYTHON* variables reach sys.path.
     process = await asyncio.create_subprocess_exec(
         str(python), "-I", "-c", SCRIPT,
-        cwd=pypy_venv, env={**offline_environ(), **pod.environ},
+        cwd=pypy_venv.path, env={**offline_environ(), **pod.environ},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, stderr.decode()[-2000:]
     ran = json.loads(stdout)
-    assert ran.pop("module").startswith(str(pypy_venv / "lib"))
+    assert ran.pop("module").startswith(str(pypy_venv.path / "lib"))
     assert ran == {"implementation": "PyPy", "version": [3, 9], "taken": True, "delivered": True}
     assert stored_status(devcluster) == {
         "progressPercentage": 40,
