@@ -55,8 +55,12 @@ $(VENV_PY39)/.installed: pyproject.toml
 
 # The client installed as a training image gets it (from its wheel, not editable), and
 # tests/client only: tests/conftest.py loads the server and the devcluster, which need 3.11.
+# setuptools builds in client/build and keeps what it finds there, so a module since
+# removed would come back in a later wheel: the build starts and ends without it.
 client-py39: $(VENV_PY39)/.installed
+	rm -rf client/build
 	$(VENV_PY39)/bin/pip install --quiet --force-reinstall --no-deps ./client
+	rm -rf client/build
 	$(VENV_PY39)/bin/pytest -q --confcutdir=tests/client tests/client
 
 test: lint typecheck unit client-py39
