@@ -23,17 +23,18 @@ import aiohttp
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_status.contract import ANCESTOR_STEP_LABEL as ANCESTOR
+from trainjob_status.contract import JOBSET_NAME_LABEL, status_path
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 
 NS = "bench"
-ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
-STATUS = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/job/status"
+STATUS = status_path(NS, "job")
 
 
 def review(i: int, round_: int, trainjob: str | None = None) -> dict[str, Any]:
     name = trainjob or f"ghost-{round_}-{i}"
-    labels = {"jobset.sigs.k8s.io/jobset-name": name, ANCESTOR: "trainer"}
+    labels = {JOBSET_NAME_LABEL: name, ANCESTOR: "trainer"}
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -41,6 +41,7 @@ from ingest_accept import (  # type: ignore[import-not-found]  # bench/ is not a
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_devcluster.pki import CertificateAuthority
+from trainjob_status.contract import JOBSET_NAME_LABEL, audience
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth import AuthSettings, TokenAuthenticator
 from trainjob_status_server.auth.authenticator import Authenticator
@@ -50,7 +51,7 @@ from trainjob_status_server.kube.client import KubeClient
 NS = "bench"  # PATH (the ceiling's route too) is .../namespaces/bench/trainjobs/job/status
 JOB = "job"
 POD = "job-node-0-0"
-AUDIENCE = f"trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/{JOB}/status"
+AUDIENCE = audience(NS, JOB)
 BODY = json.dumps(
     {
         "report": {
@@ -134,9 +135,7 @@ async def authenticate_cost(work: Path) -> None:
 async def cluster_process(work: Path) -> None:
     async with DevCluster() as cluster:
         cluster.create_trainjob(NS, JOB)
-        cluster.create_pod(
-            NS, POD, service_account="trainer", labels={"jobset.sigs.k8s.io/jobset-name": JOB}
-        )
+        cluster.create_pod(NS, POD, service_account="trainer", labels={JOBSET_NAME_LABEL: JOB})
         token = cluster.request_token(NS, "trainer", [AUDIENCE], pod=POD)
         (work / "token").write_text(token)
         (work / "issuer").write_text(cluster.issuer)

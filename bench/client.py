@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from trainjob_devcluster.pki import CertificateAuthority
+from trainjob_status.contract import CA_CERT_ENV, TOKEN_ENV, URL_ENV, status_path
 
-PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/bench/trainjobs/job/status"
+PATH = status_path("bench", "job")
 METRICS = {"loss": 0.3141, "learning_rate": 5e-05, "grad_norm": 1.25, "accuracy": 0.9}
 
 
@@ -192,9 +193,9 @@ def main() -> None:
     url = f"https://localhost:{port.value}{PATH}"
     os.environ.update(
         {
-            "KUBEFLOW_TRAINER_SERVER_URL": url,
-            "KUBEFLOW_TRAINER_SERVER_TOKEN": str(workdir / "token"),
-            "KUBEFLOW_TRAINER_SERVER_CA_CERT": str(workdir / "ca.crt"),
+            URL_ENV: url,
+            TOKEN_ENV: str(workdir / "token"),
+            CA_CERT_ENV: str(workdir / "ca.crt"),
         }
     )
     os.environ.pop("RANK", None)

@@ -32,11 +32,12 @@ from _harness import free_port, processes, rss_kib, wait_file, wait_port
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_devcluster.pki import CertificateAuthority
+from trainjob_status.contract import status_path
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 
 NS = "bench"
-PATH = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/job/status"
+PATH = status_path(NS, "job")
 DEFAULTS = Config()
 STALL_SECONDS = 600.0
 

@@ -44,14 +44,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from trainjob_status.contract import GROUP, JOBSET_NAME_LABEL, audience, status_path
+
 NS = "bench"
-GROUP = "trainer.kubeflow.org"
 SLOW_SECONDS = 2.0
 ENDPOINTS = ("healthy", "slow", "hung")
-
-
-def status_path(name: str) -> str:
-    return f"/apis/{GROUP}/v1alpha1/namespaces/{NS}/trainjobs/{name}/status"
 
 
 def installed(*modules: str) -> list[str]:
@@ -140,11 +137,10 @@ class Stack:
         name = f"job-{self._jobs}"
         pod = f"{name}-node-0-0"
         self._call(self.cluster.create_trainjob, NS, name)
-        labels = {"jobset.sigs.k8s.io/jobset-name": name}
+        labels = {JOBSET_NAME_LABEL: name}
         self._call(self.cluster.create_pod, NS, pod, labels=labels)
-        audience = f"{GROUP}/v1alpha1/namespaces/{NS}/trainjobs/{name}/status"
-        token = self._call(self.cluster.request_token, NS, "default", [audience], pod=pod)
-        return self.server_url + status_path(name), token
+        token = self._call(self.cluster.request_token, NS, "default", [audience(NS, name)], pod=pod)
+        return self.server_url + status_path(NS, name), token
 
     def stored_progress(self, url: str) -> object:
         name = url.rsplit("/", 2)[-2]
@@ -192,7 +188,7 @@ class Stack:
         assert self._hung is not None
         slow = endpoint == "slow"
         port = self._slow.server_address[1] if slow else self._hung.getsockname()[1]
-        return f"https://localhost:{port}{status_path('job')}", "bench-token"
+        return f"https://localhost:{port}{status_path(NS, 'job')}", "bench-token"
 
     def close(self) -> None:
         if self._slow is not None:

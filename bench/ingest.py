@@ -101,14 +101,21 @@ from ingest_accept import PATH as CEILING_PATH
 from ingest_accept import ceiling_server
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.pki import CertificateAuthority
+from trainjob_status.contract import (
+    ANCESTOR_STEP_LABEL,
+    CA_CERT_ENV,
+    GROUP,
+    TOKEN_ENV,
+    URL_ENV,
+    audience,
+    status_path,
+)
+from trainjob_status.contract import JOBSET_NAME_LABEL as MEMBERSHIP_LABEL
 from trainjob_status_server.kube.cache import WatchCache
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.kube.resources import PODS, TRAINJOBS
 from trainjob_status_server.kube.store import CacheEvent
 
-MEMBERSHIP_LABEL = "jobset.sigs.k8s.io/jobset-name"
-STATUS_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{}/trainjobs/{}/status"
-AUDIENCE = "trainer.kubeflow.org/v1alpha1/namespaces/{}/trainjobs/{}/status"
 POST_INTERVAL = 5.0  # seconds between two posts of one pod (the SDK's throttle)
 PEER_BUDGET = ("5", "10")  # QPS, burst
 NO_SA_LIMIT = ("--sa-rate-limit", "1000000", "--sa-rate-burst", "1000000")
@@ -165,10 +172,9 @@ def pod_body(namespace: str, job: str, name: str, account: str, index: int) -> d
         "PET_NODE_RANK": str(index),
         "PET_MASTER_ADDR": f"{job}-node-0-0.{job}",
         "PET_MASTER_PORT": "29400",
-        "KUBEFLOW_TRAINER_SERVER_URL": "https://trainjob-status.kubeflow-system.svc:10443"
-        + STATUS_PATH.format(namespace, job),
-        "KUBEFLOW_TRAINER_SERVER_CA_CERT": "/var/run/secrets/kubeflow/trainer/ca.crt",
-        "KUBEFLOW_TRAINER_SERVER_TOKEN": "/var/run/secrets/kubeflow/trainer/token",
+        URL_ENV: "https://trainjob-status.kubeflow-system.svc:10443" + status_path(namespace, job),
+        CA_CERT_ENV: "/var/run/secrets/kubeflow/trainer/ca.crt",
+        TOKEN_ENV: "/var/run/secrets/kubeflow/trainer/token",
     }
     return {
         "metadata": {
@@ -180,7 +186,7 @@ def pod_body(namespace: str, job: str, name: str, account: str, index: int) -> d
                 "batch.kubernetes.io/job-completion-index": str(index),
                 "batch.kubernetes.io/controller-uid": uid,
                 "batch.kubernetes.io/job-name": f"{job}-node-0",
-                "trainer.kubeflow.org/trainjob-ancestor-step": "trainer",
+                ANCESTOR_STEP_LABEL: "trainer",
             },
             "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
             "ownerReferences": [
@@ -222,7 +228,7 @@ def pod_body(namespace: str, job: str, name: str, account: str, index: int) -> d
                         "sources": [
                             {
                                 "serviceAccountToken": {
-                                    "audience": AUDIENCE.format(namespace, job),
+                                    "audience": audience(namespace, job),
                                     "expirationSeconds": 3600,
                                     "path": "token",
                                 }
@@ -268,15 +274,13 @@ async def populate(cluster: DevCluster, work: Path, scenario: Scenario) -> dict[
     for j in range(scenario.trainjobs):
         job = f"job-{j:05d}"
         account = f"{job}-trainer"
-        cluster.create("trainjobs", trainjob_body(job), namespace, "trainer.kubeflow.org")
+        cluster.create("trainjobs", trainjob_body(job), namespace, GROUP)
         cluster.create("serviceaccounts", {"metadata": {"name": account}}, namespace)
         for p in range(scenario.pods):
             pod = f"{job}-node-0-{p}"
             cluster.create("pods", pod_body(namespace, job, pod, account, p), namespace)
-            token = cluster.request_token(
-                namespace, account, [AUDIENCE.format(namespace, job)], pod=pod
-            )
-            lines.append(f"{namespace}/{job} {STATUS_PATH.format(namespace, job)} {token}\n")
+            token = cluster.request_token(namespace, account, [audience(namespace, job)], pod=pod)
+            lines.append(f"{namespace}/{job} {status_path(namespace, job)} {token}\n")
             if len(lines) % 25 == 0:
                 await asyncio.sleep(0)  # keep serving the watches meanwhile
     # wrk posts for the pods in this order, round and round: shuffled, the pods of one

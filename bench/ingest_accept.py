@@ -30,11 +30,12 @@ from aiohttp import web
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_devcluster.pki import CertificateAuthority
+from trainjob_status.contract import status_path
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 
 NS = "bench"
-PATH = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/job/status"
+PATH = status_path(NS, "job")
 BODY = json.dumps(
     {
         "trainerStatus": {

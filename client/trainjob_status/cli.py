@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
-from .environment import CA_CERT_ENV, TOKEN_ENV, URL_ENV
+from .contract import CA_CERT_ENV, TOKEN_ENV, URL_ENV
 from .reporter import StatusReporter
 
 EXIT_OK = 0

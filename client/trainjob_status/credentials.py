@@ -98,7 +98,7 @@ def jwt_expiry(token: str) -> float | None:
     except (binascii.Error, ValueError):
         return None
     exp = claims.get("exp") if isinstance(claims, dict) else None
-    if isinstance(exp, int | float) and not isinstance(exp, bool):
+    if isinstance(exp, (int, float)) and not isinstance(exp, bool):
         return float(exp)
     return None
 

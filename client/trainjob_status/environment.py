@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
-CA_CERT_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
-TOKEN_ENV = "KUBEFLOW_TRAINER_SERVER_TOKEN"
+from .contract import CA_CERT_ENV, TOKEN_ENV, URL_ENV
+
 RANK_ENV = "RANK"
 WORLD_SIZE_ENV = "WORLD_SIZE"
 

@@ -23,28 +23,30 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
-MAX_METRICS = 256
-MAX_CHARS = 64
-PERCENT_MAX = 100
-INT32_MAX = 2**31 - 1
+from .contract import INT32_MAX, MAX_METRICS
+from .contract import MAX_METRIC_CHARS as MAX_CHARS
+from .contract import MAX_PROGRESS_PERCENT as PERCENT_MAX
 
 # What fitting changed, as short keys: the reporter warns once per key.
-CLAMPED_PROGRESS = "progress clamped to 0..100"
-CLAMPED_ETA = "estimated remaining seconds clamped to 0..2147483647"
+CLAMPED_PROGRESS = f"progress clamped to 0..{PERCENT_MAX}"
+CLAMPED_ETA = f"estimated remaining seconds clamped to 0..{INT32_MAX}"
 DROPPED_PROGRESS = "progress is not a number: left out"
 DROPPED_ETA = "estimated remaining seconds is not a number: left out"
-TOO_MANY_METRICS = "more than 256 metrics: only the first 256 are sent"
-CUT_NAME = "metric name cut to 64 characters"
-CUT_VALUE = "metric value cut to 64 characters"
+TOO_MANY_METRICS = f"more than {MAX_METRICS} metrics: only the first {MAX_METRICS} are sent"
+CUT_NAME = f"metric name cut to {MAX_CHARS} characters"
+CUT_VALUE = f"metric value cut to {MAX_CHARS} characters"
 DROPPED_METRIC = "metric with an empty, duplicate or unprintable name or value left out"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Observation:
     """One ``report`` call as given, stamped with when it was made (Unix seconds).
 
     Only references are kept; formatting waits for the sending thread.
     """
+
+    # dataclass(slots=True) needs Python 3.10.
+    __slots__ = ("estimated_remaining_seconds", "metrics", "observed_at", "progress_percent")
 
     progress_percent: object
     estimated_remaining_seconds: object
@@ -156,7 +158,7 @@ def format_float(value: float) -> str:
 
 def format_time(unix_seconds: float) -> str:
     """RFC 3339 in UTC with microseconds, e.g. ``2026-12-02T18:33:25.123456Z``."""
-    stamp = dt.datetime.fromtimestamp(unix_seconds, dt.UTC)
+    stamp = dt.datetime.fromtimestamp(unix_seconds, dt.timezone.utc)
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 

@@ -31,6 +31,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Optional
 
 from . import environment, payload
 from .budget import WaitBudget
@@ -43,7 +44,7 @@ from .transport import NO_ANSWER, Answer, Transport
 _RETRY_AFTER_CODES = frozenset({429, 503})
 
 # What report() records: progress, ETA, a copy of the metrics, step, epoch, Unix time.
-Taken = tuple[object, object, dict[str, object] | None, object, object, float]
+Taken = tuple[object, object, Optional[dict[str, object]], object, object, float]
 _TOKEN_CODES = frozenset({401, 403})
 
 

@@ -11,7 +11,7 @@ import os
 import threading
 from collections.abc import Mapping
 
-from .environment import URL_ENV
+from .contract import URL_ENV
 from .reporter import StatusReporter
 
 _lock = threading.Lock()

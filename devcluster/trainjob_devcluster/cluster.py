@@ -15,6 +15,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from trainjob_status import contract
+
 from . import objects
 from .admission import Backend
 from .faults import Faults, RequestInfo
@@ -157,12 +159,12 @@ class DevCluster:
     def create_trainjob(self, namespace: str, name: str, **spec: Any) -> Obj:
         self.ensure_namespace(namespace)
         body = {
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "TrainJob",
+            "apiVersion": f"{contract.GROUP}/{contract.VERSION}",
+            "kind": contract.KIND,
             "metadata": {"name": name},
             "spec": {"runtimeRef": {"name": "torch-distributed"}, **spec},
         }
-        return self.create("trainjobs", body, namespace, "trainer.kubeflow.org")
+        return self.create(contract.RESOURCE, body, namespace, contract.GROUP)
 
     def create_pod(
         self,

@@ -24,11 +24,18 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from trainjob_status.contract import (
+    CA_CERT_ENV,
+    JOBSET_NAME_LABEL,
+    TOKEN_ENV,
+    URL_ENV,
+    audience,
+    status_path,
+)
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth.verifier import AuthSettings, TokenAuthenticator
 from trainjob_status_server.config import Config
 from trainjob_status_server.kube.resources import TRAINJOBS
-from trainjob_status_server.pods.injection import CA_CERT_ENV, TOKEN_ENV, URL_ENV
 
 from . import DevCluster
 from .pki import CertificateAuthority
@@ -44,10 +51,6 @@ class DemoOptions:
     report_interval: float = 2.0
     keep: bool = False
     workdir: Path | None = None
-
-
-def audience(namespace: str, name: str) -> str:
-    return f"trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
 
 
 def exports(url: str, ca: Path, token: Path) -> list[str]:
@@ -102,7 +105,7 @@ async def run_demo(options: DemoOptions) -> int:
     async with DevCluster(workdir=workdir / "devcluster") as cluster:
         cluster.ensure_namespace(NAMESPACE)
         cluster.create_trainjob(NAMESPACE, TRAINJOB)
-        cluster.create_pod(NAMESPACE, POD, labels={"jobset.sigs.k8s.io/jobset-name": TRAINJOB})
+        cluster.create_pod(NAMESPACE, POD, labels={JOBSET_NAME_LABEL: TRAINJOB})
         ca = CertificateAuthority(common_name="trainjob-status demo CA")
         cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
         (workdir / "tls.crt").write_bytes(cert)
@@ -121,11 +124,7 @@ async def run_demo(options: DemoOptions) -> int:
         authenticator = TokenAuthenticator(AuthSettings(issuer=cluster.issuer))
         async with StatusServer(config, authenticator) as server:
             await server.trainjobs.synced.wait()
-            url = (
-                server.url
-                + "/apis/trainer.kubeflow.org/v1alpha1/namespaces/"
-                + (f"{NAMESPACE}/trainjobs/{TRAINJOB}/status")
-            )
+            url = server.url + status_path(NAMESPACE, TRAINJOB)
             token = cluster.request_token(
                 NAMESPACE, "default", [audience(NAMESPACE, TRAINJOB)], pod=POD
             )

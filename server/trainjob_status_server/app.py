@@ -13,6 +13,8 @@ import ssl
 
 from aiohttp import web
 
+from trainjob_status.contract import STATUS_PATH
+
 from .auth import Authenticator, TokenAuthenticator
 from .budgets import Budgets
 from .certificates import certs
@@ -21,7 +23,7 @@ from .certificates.tls import ReloadingTLS
 from .config import Config
 from .failures import Unavailable
 from .http import errors
-from .http.endpoint import STATUS_PATH, StatusEndpoint
+from .http.endpoint import StatusEndpoint
 from .http.listener import CappedSite, Limits
 from .http.metricsauth import MetricsGuard, VerdictCache
 from .http.middleware import no_server_header, status_errors

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .auth.settings import AuthSettings
+from .pods.injection import DEFAULT_SELECTOR, Selector
 
 ENV_PREFIX = "TRAINJOB_STATUS_"
 
@@ -65,7 +66,7 @@ class Config:
     token_cache_size: int = 10_000
     # Pod injector, CA distribution, certificate bootstrap.
     inject_pods: bool = True
-    inject_selector: str = "trainer.kubeflow.org/trainjob-ancestor-step=trainer"
+    inject_selector: str = DEFAULT_SELECTOR
     inject_timeout: float = 2.0
     override_existing: bool = False
     service_name: str = "trainjob-status"
@@ -151,9 +152,6 @@ class Config:
         return problems + self.auth_settings().check()
 
     def _deploy_problems(self) -> list[str]:
-        # Imported here: injection imports the endpoint, which imports this module.
-        from .pods.injection import Selector
-
         problems = []
         try:
             Selector.parse(self.inject_selector)

@@ -22,9 +22,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from trainjob_devcluster.pki import CertificateAuthority
+import trustme
 
-STATUS_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs/job1/status"
+from trainjob_status.contract import CA_CERT_ENV, TOKEN_ENV, URL_ENV, status_path
+
+STATUS_PATH = status_path("team-a", "job1")
 
 
 def make_token(subject: str, exp: float | None = None) -> str:
@@ -97,9 +99,9 @@ class Sink:
     def __init__(self, directory: Path, *, dns_names: tuple[str, ...] = ("localhost",)) -> None:
         self.directory = directory
         self.dns_names = list(dns_names)
-        self.ca = CertificateAuthority()
+        self.ca = trustme.CA()
         self.ca_file = directory / "ca.crt"
-        self.ca_file.write_bytes(self.ca.cert_pem)
+        self.ca_file.write_bytes(self.ca.cert_pem.bytes())
         self.token_file = directory / "token"
         self.token = make_token("first", time.time() + 3600)
         self.token_file.write_text(self.token)
@@ -126,6 +128,14 @@ class Sink:
     def url(self, host: str = "localhost") -> str:
         return f"https://{host}:{self.port}{STATUS_PATH}"
 
+    def environ(self, host: str = "localhost") -> dict[str, str]:
+        """A pod's three variables, pointing at this sink and its files."""
+        return {
+            URL_ENV: self.url(host),
+            TOKEN_ENV: str(self.token_file),
+            CA_CERT_ENV: str(self.ca_file),
+        }
+
     def close(self) -> None:
         self.gate.set()
         self._server.shutdown()
@@ -133,11 +143,11 @@ class Sink:
 
     # -- controls --------------------------------------------------------------------------
 
-    def rotate(self, dns_names: tuple[str, ...] | None = None) -> CertificateAuthority:
+    def rotate(self, dns_names: tuple[str, ...] | None = None) -> trustme.CA:
         """Serve a certificate from a brand-new CA (the client's CA file is not touched)."""
         if dns_names is not None:
             self.dns_names = list(dns_names)
-        self.ca = CertificateAuthority()
+        self.ca = trustme.CA()
         self._load_cert()
         return self.ca
 
@@ -173,11 +183,7 @@ class Sink:
     # -- serving ---------------------------------------------------------------------------
 
     def _load_cert(self) -> None:
-        cert, key = self.ca.issue_server_cert(self.dns_names, ["127.0.0.1"])
-        cert_file, key_file = self.directory / "sink.crt", self.directory / "sink.key"
-        cert_file.write_bytes(cert)
-        key_file.write_bytes(key)
-        self._context.load_cert_chain(cert_file, key_file)
+        self.ca.issue_cert(*self.dns_names, "127.0.0.1").configure_cert(self._context)
 
     def _handle(self, handler: _Handler) -> None:
         length = int(handler.headers.get("Content-Length") or 0)

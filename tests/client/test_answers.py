@@ -149,14 +149,14 @@ def test_rotated_server_ca_is_picked_up_from_the_ca_file(
     assert reporter.flush(5)  # the kept-alive connection still works
     reporter.report(40)
     assert reporter.flush(0.5) is False  # the old CA cannot verify the new certificate
-    sink.ca_file.write_bytes(new_ca.cert_pem)  # the mounted CA file is updated
+    sink.ca_file.write_bytes(new_ca.cert_pem.bytes())  # the mounted CA file is updated
     assert reporter.flush(10)
     assert sink.requests[-1].status["progressPercentage"] == 40
 
 
 def test_the_server_name_is_checked(sink: Sink, make_reporter: MakeReporter) -> None:
     sink.rotate(dns_names=("status.example",))
-    sink.ca_file.write_bytes(sink.ca.cert_pem)
+    sink.ca_file.write_bytes(sink.ca.cert_pem.bytes())
     reporter = make_reporter(min_interval=0)
     reporter.report(10)
     assert reporter.flush(0.5) is False

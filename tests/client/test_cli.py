@@ -9,19 +9,14 @@ import sys
 import pytest
 
 from trainjob_status.cli import main
+from trainjob_status.contract import ENV_NAMES, URL_ENV
 
 from .sink import Reply, Sink, peer_status
 
 
 @pytest.fixture(autouse=True)
 def no_pod_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (
-        "KUBEFLOW_TRAINER_SERVER_URL",
-        "KUBEFLOW_TRAINER_SERVER_TOKEN",
-        "KUBEFLOW_TRAINER_SERVER_CA_CERT",
-        "RANK",
-        "WORLD_SIZE",
-    ):
+    for name in (*ENV_NAMES, "RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -53,7 +48,7 @@ def test_report_sends_one_update(sink: Sink) -> None:
 
 def test_outside_a_trainjob_exits_0_unless_strict(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", "--progress", "40"]) == 0
-    assert "KUBEFLOW_TRAINER_SERVER_URL is not set" in capsys.readouterr().err
+    assert f"{URL_ENV} is not set" in capsys.readouterr().err
     assert main(["report", "--progress", "40", "--strict"]) == 1
 
 
@@ -82,10 +77,8 @@ def test_wrong_arguments_exit_2(bad: list[str]) -> None:
 
 
 def test_runs_as_a_module(sink: Sink) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBEFLOW_TRAINER_")}
-    env["KUBEFLOW_TRAINER_SERVER_URL"] = sink.url()
-    env["KUBEFLOW_TRAINER_SERVER_TOKEN"] = str(sink.token_file)
-    env["KUBEFLOW_TRAINER_SERVER_CA_CERT"] = str(sink.ca_file)
+    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES}
+    env.update(sink.environ())
     done = subprocess.run(
         [sys.executable, "-m", "trainjob_status.cli", "report", "--progress", "55"],
         env=env,

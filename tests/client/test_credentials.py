@@ -9,8 +9,8 @@ import ssl
 from pathlib import Path
 
 import pytest
+import trustme
 
-from trainjob_devcluster.pki import CertificateAuthority
 from trainjob_status.credentials import CAFile, TokenFile, jwt_expiry
 
 from .sink import make_token
@@ -99,13 +99,13 @@ def test_jwt_expiry(token: str, exp: float | None) -> None:
 
 def test_ca_context_is_rebuilt_when_the_file_changes(tmp_path: Path) -> None:
     path = tmp_path / "ca.crt"
-    path.write_bytes(CertificateAuthority().cert_pem)
+    path.write_bytes(trustme.CA().cert_pem.bytes())
     ca = CAFile(str(path))
     first = ca.context()
     assert ca.context() is first
     assert first.check_hostname
     assert first.verify_mode == ssl.CERT_REQUIRED
-    (tmp_path / "next").write_bytes(CertificateAuthority().cert_pem)
+    (tmp_path / "next").write_bytes(trustme.CA().cert_pem.bytes())
     (tmp_path / "next").replace(path)
     assert ca.context() is not first
     assert ca.loads == 2

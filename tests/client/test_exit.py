@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from trainjob_status import StatusReporter, update_trainjob_status
+from trainjob_status.contract import URL_ENV
 
 from .conftest import MakeReporter
 from .sink import Reply, Sink
@@ -29,21 +30,13 @@ def run(
     )
 
 
-def pod_environ(sink: Sink) -> dict[str, str]:
-    return {
-        "KUBEFLOW_TRAINER_SERVER_URL": sink.url(),
-        "KUBEFLOW_TRAINER_SERVER_TOKEN": str(sink.token_file),
-        "KUBEFLOW_TRAINER_SERVER_CA_CERT": str(sink.ca_file),
-    }
-
-
 def test_a_fast_loop_that_exits_delivers_its_final_update(sink: Sink) -> None:
     code = (
         "from trainjob_status import update_trainjob_status\n"
         "for step in range(1, 1001):\n"
         "    assert update_trainjob_status(step // 10, 1000 - step, {'loss': 1 / step})\n"
     )
-    done = run(code, pod_environ(sink))
+    done = run(code, sink.environ())
     assert done.returncode == 0, done.stderr
     final = sink.requests[-1].status
     assert (final["progressPercentage"], final["estimatedRemainingSeconds"]) == (100, 0)
@@ -61,7 +54,7 @@ def test_exit_with_a_stalled_server_returns_within_the_flush_timeout(sink: Sink)
     with sink.stalled():
         # Without the bound the exit would wait for the 600 s socket timeout (and the
         # subprocess timeout would fail the test); it ends while the server still stalls.
-        done = run(code, pod_environ(sink), timeout=60)
+        done = run(code, sink.environ(), timeout=60)
         assert done.returncode == 0, done.stderr
         assert not sink.gate.is_set()
         assert sink.answered == 0
@@ -140,7 +133,7 @@ def test_train_end_flush_and_the_exit_flush_wait_once_in_all(sink: Sink) -> None
         "assert reporter.flush() is False\n"
     )
     with sink.stalled():
-        done = run(code, pod_environ(sink), timeout=60)
+        done = run(code, sink.environ(), timeout=60)
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == ["waits", "1", "posts", "0"]
         assert len(sink.requests) == 1  # one connection, one request, held
@@ -154,7 +147,7 @@ def test_the_shared_reporter_is_built_once_from_the_environment(sink: Sink) -> N
         "assert default_reporter() is default_reporter()\n"
         "assert default_reporter().flush(5)\n"
     )
-    done = run(code, pod_environ(sink))
+    done = run(code, sink.environ())
     assert done.returncode == 0, done.stderr
     assert len(sink.requests) == 1
 
@@ -163,7 +156,7 @@ def test_a_worker_rank_reports_nothing(sink: Sink) -> None:
     code = (
         "from trainjob_status import update_trainjob_status\nassert not update_trainjob_status(5)\n"
     )
-    done = run(code, {**pod_environ(sink), "RANK": "2", "WORLD_SIZE": "4"})
+    done = run(code, {**sink.environ(), "RANK": "2", "WORLD_SIZE": "4"})
     assert done.returncode == 0, done.stderr
     assert sink.requests == []
 
@@ -171,7 +164,7 @@ def test_a_worker_rank_reports_nothing(sink: Sink) -> None:
 def test_outside_a_trainjob_update_trainjob_status_is_false(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv("KUBEFLOW_TRAINER_SERVER_URL", raising=False)
+    monkeypatch.delenv(URL_ENV, raising=False)
     assert update_trainjob_status(50, 10, {"loss": 0.1}) is False
 
 
@@ -188,6 +181,6 @@ def test_a_forked_child_reports_through_its_own_reporter(sink: Sink) -> None:
         "assert os.waitpid(pid, 0)[1] == 0\n"
         "update_trainjob_status(20)\n"
     )
-    done = run(code, pod_environ(sink))
+    done = run(code, sink.environ())
     assert done.returncode == 0, done.stderr
     assert [r.status["progressPercentage"] for r in sink.requests] == [10, 77, 20]

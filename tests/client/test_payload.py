@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from trainjob_status import payload
+from trainjob_status.contract import MAX_METRICS
 from trainjob_status.payload import Observation, fit, fit_eta, fit_metrics, fit_progress
 
 
@@ -128,20 +129,20 @@ def test_empty_duplicate_and_unprintable_metrics_are_dropped() -> None:
 def test_first_256_metrics_are_kept_in_insertion_order() -> None:
     given = {f"m{i:03d}": i for i in range(300)}
     fitted, notes = metrics(given)
-    assert [m["name"] for m in fitted] == [f"m{i:03d}" for i in range(256)]
+    assert [m["name"] for m in fitted] == [f"m{i:03d}" for i in range(MAX_METRICS)]
     assert notes == {payload.TOO_MANY_METRICS}
 
 
 def test_exactly_256_metrics_are_not_noted() -> None:
-    fitted, notes = metrics({f"m{i}": i for i in range(256)})
-    assert len(fitted) == 256
+    fitted, notes = metrics({f"m{i}": i for i in range(MAX_METRICS)})
+    assert len(fitted) == MAX_METRICS
     assert notes == set()
 
 
 def test_a_dropped_metric_does_not_use_one_of_the_256_places() -> None:
-    given = [("", 0)] * 10 + [(f"m{i}", i) for i in range(256)]
+    given = [("", 0)] * 10 + [(f"m{i}", i) for i in range(MAX_METRICS)]
     fitted, notes = metrics(given)
-    assert len(fitted) == 256
+    assert len(fitted) == MAX_METRICS
     assert notes == {payload.DROPPED_METRIC}
 
 

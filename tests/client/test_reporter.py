@@ -183,12 +183,7 @@ def test_not_in_a_trainjob_reports_nothing() -> None:
 
 
 def test_environment_supplies_url_token_and_ca(sink: Sink) -> None:
-    environ = {
-        "KUBEFLOW_TRAINER_SERVER_URL": sink.url(),
-        "KUBEFLOW_TRAINER_SERVER_TOKEN": str(sink.token_file),
-        "KUBEFLOW_TRAINER_SERVER_CA_CERT": str(sink.ca_file),
-    }
-    with StatusReporter(environ=environ) as reporter:
+    with StatusReporter(environ=sink.environ()) as reporter:
         assert reporter.report(5)
         assert reporter.flush(5)
     assert sink.requests[0].token == sink.token

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from trainjob_status.contract import URL_ENV
 from trainjob_status.integrations.transformers import TrainJobStatusCallback, attach
 
 from .conftest import MakeReporter
@@ -153,7 +154,7 @@ def test_a_callback_not_attached_warns_when_kubeflow_reporting_is_on(
 
 
 def test_outside_a_trainjob_the_callback_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("KUBEFLOW_TRAINER_SERVER_URL", raising=False)
+    monkeypatch.delenv(URL_ENV, raising=False)
     trainer = Trainer(TrainingArguments(), max_steps=3, steps_per_epoch=3)
     callback = attach(trainer)
     trainer.train()

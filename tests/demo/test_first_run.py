@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from trainjob_devcluster import demo
+from trainjob_status.contract import URL_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 # Importing any of these fails in the demo's process: they come with the test extra only.
@@ -80,9 +81,7 @@ def test_the_demo_prints_what_a_shell_needs_on_single_lines(tmp_path: Path) -> N
     assert "Traceback" not in done.stderr
     lines = done.stderr.splitlines()
     exported = [line for line in lines if line.startswith("export ")]
-    assert exported == demo.exports(
-        _value(lines, "KUBEFLOW_TRAINER_SERVER_URL"), tmp_path / "ca.crt", tmp_path / "token"
-    )
+    assert exported == demo.exports(_value(lines, URL_ENV), tmp_path / "ca.crt", tmp_path / "token")
     assert re.fullmatch(
         r"export KUBEFLOW_TRAINER_SERVER_URL=https://127\.0\.0\.1:\d+/apis/trainer\.kubeflow\.org"
         r"/v1alpha1/namespaces/demo/trainjobs/mnist/status",

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import GROUP
 from trainjob_status_server.certificates import certs
 from trainjob_status_server.cli import build_parser
 from trainjob_status_server.config import from_args
@@ -583,7 +584,7 @@ def test_example_runtime_and_trainjob_need_nothing_from_us(devcluster: DevCluste
     # The TrainJob is valid as the CRD says (the devcluster serves the real CRD schema).
     namespace = trainjob["metadata"]["namespace"]
     devcluster.ensure_namespace(namespace)
-    created = devcluster.create("trainjobs", trainjob, namespace, "trainer.kubeflow.org")
+    created = devcluster.create("trainjobs", trainjob, namespace, GROUP)
     assert created["spec"]["runtimeRef"]["name"] == runtime["metadata"]["name"]
 
 

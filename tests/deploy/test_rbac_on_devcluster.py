@@ -16,6 +16,7 @@ import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.kubeconfig import write_kubeconfig
+from trainjob_status.contract import JOBSET_NAME_LABEL
 from trainjob_status_server.certificates import certs, pki
 from trainjob_status_server.certificates.certs import CertBootstrap, CertSettings
 from trainjob_status_server.kube.cache import WatchCache
@@ -93,7 +94,7 @@ async def test_caches_status_writes_and_ca_distribution_work(
     devcluster: DevCluster, kube: KubeClient, tmp_path: Path
 ) -> None:
     devcluster.create_trainjob("team-a", "tj")
-    devcluster.create_pod("team-a", "tj-node-0-0", labels={"jobset.sigs.k8s.io/jobset-name": "tj"})
+    devcluster.create_pod("team-a", "tj-node-0-0", labels={JOBSET_NAME_LABEL: "tj"})
     trainjobs, pods = WatchCache(kube, TRAINJOBS), WatchCache(kube, PODS)
     ca_file = tmp_path / "ca.crt"
     ca_file.write_bytes(pki.new_bundle(["x"], dt.datetime.now(dt.UTC), pki.Policy()).ca_pem)

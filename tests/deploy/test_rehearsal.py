@@ -23,6 +23,8 @@ import aiohttp
 import pytest
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import CA_CERT_ENV, GROUP, TOKEN_ENV, URL_ENV
+from trainjob_status.contract import ENV_NAMES as ENV
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.kube.resources import PODS
 
@@ -31,12 +33,6 @@ from .rendering import Doc, one, render
 
 TEAM = "team-a"
 JOB = "llama"
-GROUP = "trainer.kubeflow.org"
-ENV = (
-    "KUBEFLOW_TRAINER_SERVER_URL",
-    "KUBEFLOW_TRAINER_SERVER_CA_CERT",
-    "KUBEFLOW_TRAINER_SERVER_TOKEN",
-)
 
 
 async def until(condition: Callable[[], bool], what: str, within: float = 20.0) -> None:
@@ -178,10 +174,10 @@ async def test_the_deployment_starts_injects_and_serves(
         assert "env" not in own["spec"]["containers"][0]
         env, mounted = kubelet_mounts(devcluster, stored, tmp_path / "pod")
         assert set(ENV) <= set(env)
-        url = urlsplit(env["KUBEFLOW_TRAINER_SERVER_URL"])
+        url = urlsplit(env[URL_ENV])
         assert url.hostname == f"trainjob-status.{here}.svc"
-        token = (mounted / env["KUBEFLOW_TRAINER_SERVER_TOKEN"].lstrip("/")).read_text()
-        pod_ca = mounted / env["KUBEFLOW_TRAINER_SERVER_CA_CERT"].lstrip("/")
+        token = (mounted / env[TOKEN_ENV].lstrip("/")).read_text()
+        pod_ca = mounted / env[CA_CERT_ENV].lstrip("/")
         assert pod_ca.read_bytes() == ca_pem
 
         # The pod's post, to the Service's name, verified with the mounted CA.

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_devcluster.pki import CertificateAuthority
+from trainjob_status.contract import status_path
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 from trainjob_status_server.metrics.exporter import Exporter
@@ -82,10 +83,7 @@ class Stack:
 
     async def post(self, namespace: str, name: str, trainer_status: dict[str, Any]) -> None:
         assert self.session is not None
-        url = (
-            f"{self.server.url}/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}"
-            f"/trainjobs/{name}/status"
-        )
+        url = self.server.url + status_path(namespace, name)
         body = json.dumps({"trainerStatus": trainer_status})
         headers = {"Authorization": "Bearer e2e"}
         async with self.session.post(url, data=body, headers=headers) as response:

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import GROUP
 
 from .conftest import DASHBOARD, JOB, Prometheus, Stack, eventually, load_rules
 
@@ -75,7 +76,7 @@ async def test_progress_is_scraped_with_its_labels_and_leaves_with_the_trainjob(
     [target] = targets["activeTargets"]
     assert (target["health"], target["lastError"]) == ("up", "")
 
-    devcluster.delete("trainjobs", NS, "tj", "trainer.kubeflow.org")
+    devcluster.delete("trainjobs", NS, "tj", GROUP)
 
     async def gone() -> bool:
         return await prometheus.query('{trainjob="tj"}') == []
@@ -133,7 +134,7 @@ async def test_stalled_alert_fires_for_the_trainjob_that_stopped_posting(
 def set_conditions(cluster: DevCluster, name: str, *conditions: dict[str, str]) -> None:
     """What the Trainer's controller does: write ``status.conditions`` (stored and
     watched), leaving the rest of the status as it is."""
-    qualified = cluster.resource("trainjobs", "trainer.kubeflow.org").qualified
+    qualified = cluster.resource("trainjobs", GROUP).qualified
     old = cluster.store.get(qualified, NS, name)
     assert old is not None
     status = {**old.get("status", {}), "conditions": list(conditions)}

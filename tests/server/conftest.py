@@ -18,15 +18,13 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_devcluster.pki import CertificateAuthority
+from trainjob_status import contract
+from trainjob_status.contract import status_path
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 
 NS = "team-a"
-GROUP = "trainer.kubeflow.org"
-
-
-def status_path(namespace: str, name: str) -> str:
-    return f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
+GROUP = contract.GROUP
 
 
 @dataclass

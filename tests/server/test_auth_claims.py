@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from trainjob_status.contract import audience as audience_for
 from trainjob_status_server.auth import failures
 from trainjob_status_server.auth.bearer import bearer_token
 from trainjob_status_server.auth.claims import (
     TokenFacts,
-    audience_for,
     check_facts,
     parse_facts,
     unverified_claims,

@@ -16,6 +16,7 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import GROUP, JOBSET_NAME_LABEL
 from trainjob_status_server.config import Config
 
 from .conftest import ServingCerts
@@ -149,7 +150,7 @@ async def pod_recreated_with_a_new_uid(rig: Rig) -> str:
 
 async def pod_relabelled_to_another_trainjob(rig: Rig) -> str:
     token = mint(rig.cluster)
-    relabel(rig.cluster, POD, {"jobset.sigs.k8s.io/jobset-name": "tj2"})
+    relabel(rig.cluster, POD, {JOBSET_NAME_LABEL: "tj2"})
     await until(
         lambda: (
             (rig.auth.binding.pods.get(NS, POD) or {})  # type: ignore[union-attr]
@@ -253,7 +254,7 @@ async def test_a_valid_token_is_accepted_and_its_update_written(rig: Rig) -> Non
     token = mint(rig.cluster)
     code, body, _ = await rig.post(token)
     assert (code, body) == (200, UPDATE)
-    stored = rig.cluster.get("trainjobs", NS, TJ, "trainer.kubeflow.org")
+    stored = rig.cluster.get("trainjobs", NS, TJ, GROUP)
     assert stored is not None
     assert stored["status"]["trainerStatus"] == UPDATE["trainerStatus"]
 

@@ -14,6 +14,7 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import JOBSET_NAME_LABEL
 from trainjob_status_server.auth.jwks import JWKS_ACCEPT
 from trainjob_status_server.config import Config
 from trainjob_status_server.kube.client import KubeClient
@@ -327,7 +328,7 @@ async def test_membership_check_off_admits_pods_of_other_trainjobs(
 ) -> None:
     add_pod(cluster, "loose", job=None)
     async with running(cluster, config, certs, require_pod_membership=False) as rig:
-        relabel(cluster, POD, {"jobset.sigs.k8s.io/jobset-name": "other"})
+        relabel(cluster, POD, {JOBSET_NAME_LABEL: "other"})
         assert (await rig.post(mint(cluster)))[0] == 200
         assert (await rig.post(mint(cluster, pod="loose")))[0] == 200
 

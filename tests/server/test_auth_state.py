@@ -10,6 +10,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from jwt.algorithms import ECAlgorithm
 
+from trainjob_status.contract import JOBSET_NAME_LABEL
 from trainjob_status_server.auth import AuthSettings
 from trainjob_status_server.auth.binding import judge_departed, judge_pod
 from trainjob_status_server.auth.claims import TokenFacts
@@ -138,7 +139,7 @@ UID = "cfe06852-5984-44ea-b543-8f312cb958b6"
 
 
 def pod(labels: dict[str, str] | None = None, **meta: Any) -> dict[str, Any]:
-    labels = {"jobset.sigs.k8s.io/jobset-name": "tj"} if labels is None else labels
+    labels = {JOBSET_NAME_LABEL: "tj"} if labels is None else labels
     return {"metadata": {"name": "p", "uid": UID, "labels": labels, **meta}}
 
 
@@ -151,7 +152,7 @@ def judge(obj: dict[str, Any], *, uid: str = UID, membership: bool = True) -> st
 def test_pod_judgements() -> None:
     assert judge(pod()) is None
     assert judge(pod(), uid="other") == "pod_uid"
-    assert judge(pod({"jobset.sigs.k8s.io/jobset-name": "tj2"})) == "not_member"
+    assert judge(pod({JOBSET_NAME_LABEL: "tj2"})) == "not_member"
     assert judge(pod({})) == "not_member"
     assert judge(pod({}), membership=False) is None
     assert judge({"metadata": {"uid": UID}}) == "not_member"

@@ -25,6 +25,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from prometheus_client import REGISTRY
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import JOBSET_NAME_LABEL as LABEL
+from trainjob_status.contract import audience
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth import AuthSettings, TokenAuthenticator
 from trainjob_status_server.config import Config
@@ -36,13 +38,8 @@ NS = "team-a"
 TJ = "tj"
 POD = "tj-node-0-0"
 SA = "trainer"
-LABEL = "jobset.sigs.k8s.io/jobset-name"
 LUT = "2026-12-02T18:33:25Z"
 UPDATE = {"trainerStatus": {"progressPercentage": 7, "lastUpdatedTime": LUT}}
-
-
-def audience(namespace: str, name: str) -> str:
-    return f"trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
 
 
 class FakeClock:

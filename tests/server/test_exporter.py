@@ -22,6 +22,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import GROUP
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.metrics.exporter import Exporter, server_registry
 from trainjob_status_server.metrics.series import ESTIMATED_REMAINING, LAST_UPDATE, METRIC, PROGRESS
@@ -228,7 +229,7 @@ async def test_a_deleted_trainjobs_series_are_gone_at_the_next_scrape(
         }
         assert (await poster.post(name, body))[0] == 200
     await scraper.until(lambda page: has("gone")(page) and has("stays")(page))
-    devcluster.delete("trainjobs", NS, "gone", "trainer.kubeflow.org")
+    devcluster.delete("trainjobs", NS, "gone", GROUP)
     page = await scraper.until(lacks("gone"))
     assert page.samples() == {
         (PROGRESS, labels("stays")): 0.5,

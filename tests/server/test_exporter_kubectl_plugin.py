@@ -25,6 +25,7 @@ import yaml
 from rich.console import Console
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import GROUP
 from trainjob_status_server.gofmt import human_duration
 from trainjob_status_server.kube import KubeClient
 from trainjob_status_server.kube.errors import KubeError, KubeUnavailable
@@ -46,7 +47,6 @@ from trainjob_status_server.kubectl_trainjob.rows import (
 )
 from trainjob_status_server.kubectl_trainjob.terminal import printable
 
-GROUP = "trainer.kubeflow.org"
 NOW = dt.datetime(2026, 12, 2, 18, 33, 25, tzinfo=dt.UTC).timestamp()
 
 

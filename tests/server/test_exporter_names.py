@@ -12,6 +12,7 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import GROUP
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 from trainjob_status_server.metrics.series import LAST_UPDATE, METRIC
@@ -116,7 +117,7 @@ async def test_a_trainjob_exports_a_bounded_number_of_distinct_names_over_time(
     assert exported(page) == {"step-1": 0.0, "step-2": 1.0}
     assert refused(page, "limit") == before + 3
     # A TrainJob deleted and made again starts afresh.
-    devcluster.delete("trainjobs", NS, "churn", "trainer.kubeflow.org")
+    devcluster.delete("trainjobs", NS, "churn", GROUP)
     await scraper.until(lacks("churn"))
     devcluster.create_trainjob(NS, "churn")
     assert exported(await post(4, "step-5", "step-6")) == {"step-5": 0.0, "step-6": 1.0}

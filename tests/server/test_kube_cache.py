@@ -12,6 +12,8 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import GROUP
+from trainjob_status.contract import JOBSET_NAME_LABEL as JOBSET
 from trainjob_status_server.kube import (
     PODS,
     TRAINJOBS,
@@ -24,9 +26,7 @@ from trainjob_status_server.kube.backoff import ended_too_soon, watch_timeout
 from trainjob_status_server.kube.store import ObjectStore, is_newer
 
 NS = "team-a"
-GROUP = "trainer.kubeflow.org"
 T0 = "2026-12-02T18:33:57Z"
-JOBSET = "jobset.sigs.k8s.io/jobset-name"
 FAST = Backoff(base=0.02, cap=0.2)
 
 

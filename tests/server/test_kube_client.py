@@ -14,6 +14,7 @@ import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.kubeconfig import write_kubeconfig
+from trainjob_status.contract import GROUP
 from trainjob_status_server.kube import (
     TRAINJOBS,
     KubeClient,
@@ -26,7 +27,6 @@ from trainjob_status_server.kube.client import parse_watch_line
 from trainjob_status_server.kube.errors import error_from_response, parse_retry_after
 
 NS = "team-a"
-GROUP = "trainer.kubeflow.org"
 STATUS = "trainjobs/status"
 T0 = "2026-12-02T18:33:57Z"
 

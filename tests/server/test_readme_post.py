@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import GROUP
 
 from .conftest import NS, Poster
 
@@ -51,7 +52,7 @@ async def test_the_curl_example_is_accepted_and_echoed(
     echoed = dict(answer["trainerStatus"])
     assert echoed.pop("lastUpdatedTime")
     assert echoed == sent["trainerStatus"]
-    stored = devcluster.get("trainjobs", NS, JOB, "trainer.kubeflow.org")
+    stored = devcluster.get("trainjobs", NS, JOB, GROUP)
     assert stored is not None
     assert stored["status"]["trainerStatus"] == answer["trainerStatus"]
 
@@ -66,6 +67,6 @@ async def test_every_example_error_is_the_servers_answer(
         name = "absent" if code == 404 else JOB
         got, answer = await poster.post(name, None, raw=body.encode())
         assert (got, answer["reason"], answer["message"]) == (code, reason, message), body
-    stored = devcluster.get("trainjobs", NS, JOB, "trainer.kubeflow.org")
+    stored = devcluster.get("trainjobs", NS, JOB, GROUP)
     assert stored is not None
     assert "trainerStatus" not in (stored.get("status") or {})

@@ -12,6 +12,7 @@ import pytest
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_status.contract import GROUP
 from trainjob_status_server.config import Config
 from trainjob_status_server.running import serve_until_signalled
 
@@ -65,7 +66,7 @@ async def test_sigterm_lets_in_flight_posts_finish(
         with pytest.raises(aiohttp.ClientConnectionError):
             async with session.get(url + "/healthz"):
                 pass
-    stored = devcluster.get("trainjobs", NS, "tj", "trainer.kubeflow.org")
+    stored = devcluster.get("trainjobs", NS, "tj", GROUP)
     assert stored is not None
     assert stored["status"]["trainerStatus"]["progressPercentage"] == 7
 
@@ -102,6 +103,6 @@ async def test_sigterm_writes_pending_updates_before_exit(
         os.kill(os.getpid(), signal.SIGTERM)
         assert await asyncio.wait_for(serving, 15) == 0
     for name in names:
-        stored = devcluster.get("trainjobs", NS, name, "trainer.kubeflow.org")
+        stored = devcluster.get("trainjobs", NS, name, GROUP)
         assert stored is not None
         assert stored["status"]["trainerStatus"]["progressPercentage"] == 2

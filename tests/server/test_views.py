@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import GROUP, JOBSET_NAME_LABEL
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.kube.views import pod_view, trainjob_view, written_view
 
@@ -145,7 +146,7 @@ def test_a_pod_view_keeps_only_the_labels_asked_for() -> None:
             **KEPT,
             "deletionTimestamp": DELETING,
             "deletionGracePeriodSeconds": 30,
-            "labels": {"jobset.sigs.k8s.io/jobset-name": "tj"},
+            "labels": {JOBSET_NAME_LABEL: "tj"},
         }
     }
     # Label keys and values are one copy across pods (values are TrainJob names).
@@ -165,7 +166,7 @@ async def test_the_servers_trainjob_cache_and_writer_hold_views(
     devcluster.create_trainjob(NS, "viewed")
     code, _ = await poster.post("viewed", {"trainerStatus": {"progressPercentage": 7}})
     assert code == 200
-    stored = devcluster.get("trainjobs", NS, "viewed", "trainer.kubeflow.org")
+    stored = devcluster.get("trainjobs", NS, "viewed", GROUP)
     assert stored is not None
     assert stored["metadata"]["managedFields"]
     # The watch delivers the written object; the cache keeps its view.

@@ -17,6 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import REGISTRY
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import URL_ENV
 from trainjob_status_server.app import TRAINJOB_ABSENT_SECONDS
 from trainjob_status_server.http.middleware import status_errors
 from trainjob_status_server.http.webhook import (
@@ -162,7 +163,7 @@ async def test_trainer_pod_gets_the_patch_through_its_jobset(rig: Rig) -> None:
     assert patch == injection.plan(original, NS, TJ, Target()).patch
     result = apply_patch(original, patch)
     env = {e["name"]: e["value"] for e in result["spec"]["containers"][0]["env"]}
-    assert env["KUBEFLOW_TRAINER_SERVER_URL"] == (
+    assert env[URL_ENV] == (
         "https://trainjob-status.trainjob-status.svc:10443"
         "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs/tj/status"
     )
@@ -215,7 +216,7 @@ async def test_unknown_trainjob_is_left_alone_without_an_api_request(rig: Rig) -
 
 
 async def test_pod_with_the_variables_already_set_is_left_alone(rig: Rig) -> None:
-    env = [{"name": "KUBEFLOW_TRAINER_SERVER_URL", "value": "https://elsewhere/status"}]
+    env = [{"name": URL_ENV, "value": "https://elsewhere/status"}]
     answer, outcome = await rig.admit(
         review(pod(containers=[{"name": "node", "image": "i", "env": env}]))
     )
@@ -294,7 +295,7 @@ async def test_a_jobset_list_still_loading_admits_the_pod_within_the_timeout(
 async def test_override_existing_replaces_another_injection(
     devcluster: DevCluster, standin: StandIn
 ) -> None:
-    env = [{"name": "KUBEFLOW_TRAINER_SERVER_URL", "value": "https://elsewhere/status"}]
+    env = [{"name": URL_ENV, "value": "https://elsewhere/status"}]
     original = pod(containers=[{"name": "node", "image": "i", "env": env}])
     async for rig in make_rig(devcluster, standin, InjectorSettings(override_existing=True)):
         answer, outcome = await rig.admit(review(original))

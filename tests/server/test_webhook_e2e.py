@@ -23,6 +23,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from trainjob_devcluster import DevCluster
+from trainjob_status.contract import CA_CERT_ENV, GROUP, TOKEN_ENV, URL_ENV
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth import AuthSettings, TokenAuthenticator
 from trainjob_status_server.certificates import certs
@@ -40,7 +41,6 @@ from trainjob_status_server.pods.cadistribution import CADistribution
 
 from .test_webhook_support import (
     ANCESTOR,
-    GROUP,
     NS,
     SERVICE_HOST,
     TJ,
@@ -192,10 +192,10 @@ async def test_a_pod_admitted_through_the_webhook_reports_its_status(chain: Chai
     stored = chain.cluster.create("pods", patched, NS)
 
     env, mounted = await kubelet_mounts(chain.cluster, chain.workdir, stored)
-    url = urlsplit(env["KUBEFLOW_TRAINER_SERVER_URL"])
+    url = urlsplit(env[URL_ENV])
     assert (url.scheme, url.hostname, url.port) == ("https", SERVICE_HOST, 10443)
-    token = in_container(env["KUBEFLOW_TRAINER_SERVER_TOKEN"], mounted).read_text()
-    pod_ca = in_container(env["KUBEFLOW_TRAINER_SERVER_CA_CERT"], mounted)
+    token = in_container(env[TOKEN_ENV], mounted).read_text()
+    pod_ca = in_container(env[CA_CERT_ENV], mounted)
     assert pod_ca.read_bytes() == ca_file.read_bytes()
 
     update = {
@@ -234,9 +234,9 @@ async def test_a_token_for_another_trainjob_cannot_use_the_injected_url(chain: C
         answer = await response.json()
     stored = chain.cluster.create("pods", apply_patch(original, decoded_patch(answer) or []), NS)
     env, mounted = await kubelet_mounts(chain.cluster, chain.workdir, stored)
-    token = in_container(env["KUBEFLOW_TRAINER_SERVER_TOKEN"], mounted).read_text()
-    assert "/trainjobs/tj2/status" in env["KUBEFLOW_TRAINER_SERVER_URL"]
-    other_path = urlsplit(env["KUBEFLOW_TRAINER_SERVER_URL"]).path.replace("/tj2/", f"/{TJ}/")
+    token = in_container(env[TOKEN_ENV], mounted).read_text()
+    assert "/trainjobs/tj2/status" in env[URL_ENV]
+    other_path = urlsplit(env[URL_ENV]).path.replace("/tj2/", f"/{TJ}/")
     async with chain.session.post(
         chain.server.url + other_path,
         data=b'{"trainerStatus": {"progressPercentage": 1}}',
@@ -278,11 +278,9 @@ async def test_the_wired_server_bootstraps_distributes_and_injects(
             answer = await response.json()
         stored = devcluster.create("pods", apply_patch(original, decoded_patch(answer) or []), NS)
         env, mounted = await kubelet_mounts(devcluster, tmp_path, stored)
-        url = urlsplit(env["KUBEFLOW_TRAINER_SERVER_URL"])
-        token = in_container(env["KUBEFLOW_TRAINER_SERVER_TOKEN"], mounted).read_text()
-        pod_ca = ssl.create_default_context(
-            cafile=str(in_container(env["KUBEFLOW_TRAINER_SERVER_CA_CERT"], mounted))
-        )
+        url = urlsplit(env[URL_ENV])
+        token = in_container(env[TOKEN_ENV], mounted).read_text()
+        pod_ca = ssl.create_default_context(cafile=str(in_container(env[CA_CERT_ENV], mounted)))
         update = {"trainerStatus": {"progressPercentage": 77}}
         async with session.post(
             f"https://127.0.0.1:{urlsplit(server.url).port}{url.path}",

@@ -8,23 +8,18 @@ from typing import Any
 
 import pytest
 
+from trainjob_status.contract import CA_CERT_ENV, TOKEN_ENV, URL_ENV, audience, status_path
 from trainjob_status_server.pods import injection
 from trainjob_status_server.pods.injection import Selector, Target, plan
 
 from .test_webhook_support import ANCESTOR, NS, TJ, apply_patch, jobset, pod
 
-URL = (
-    "https://trainjob-status.trainjob-status.svc:10443"
-    "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs/tj/status"
-)
-AUDIENCE = "trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs/tj/status"
+URL = "https://trainjob-status.trainjob-status.svc:10443" + status_path("team-a", "tj")
+AUDIENCE = audience("team-a", "tj")
 ENV = [
-    {"name": "KUBEFLOW_TRAINER_SERVER_URL", "value": URL},
-    {
-        "name": "KUBEFLOW_TRAINER_SERVER_CA_CERT",
-        "value": "/var/run/secrets/kubeflow/trainer/ca.crt",
-    },
-    {"name": "KUBEFLOW_TRAINER_SERVER_TOKEN", "value": "/var/run/secrets/kubeflow/trainer/token"},
+    {"name": URL_ENV, "value": URL},
+    {"name": CA_CERT_ENV, "value": "/var/run/secrets/kubeflow/trainer/ca.crt"},
+    {"name": TOKEN_ENV, "value": "/var/run/secrets/kubeflow/trainer/token"},
 ]
 MOUNT = {
     "name": "kubeflow-trainer-token",
@@ -164,12 +159,12 @@ def test_override_existing_replaces_only_what_differs() -> None:
         {
             "name": "node",
             "image": "n",
-            "env": [{"name": "KUBEFLOW_TRAINER_SERVER_URL", "value": "u"}],
+            "env": [{"name": URL_ENV, "value": "u"}],
         },
         {
             "name": "node",
             "image": "n",
-            "env": [{"name": "KUBEFLOW_TRAINER_SERVER_TOKEN", "valueFrom": {"secretKeyRef": {}}}],
+            "env": [{"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {}}}],
         },
         {
             "name": "node",

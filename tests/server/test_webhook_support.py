@@ -23,13 +23,12 @@ import yaml
 from aiohttp import web
 
 from trainjob_devcluster.patches import PatchError, json_patch
+from trainjob_status.contract import ANCESTOR_STEP_LABEL as ANCESTOR
+from trainjob_status.contract import JOBSET_NAME_LABEL as JOBSET_LABEL
 from trainjob_status_server.kube.client import KubeClient
 
 NS = "team-a"
 TJ = "tj"
-GROUP = "trainer.kubeflow.org"
-ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
-JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 SERVICE_HOST = "trainjob-status.trainjob-status.svc"
 

@@ -17,7 +17,8 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
-from trainjob_status_server.auth.claims import audience_for
+from trainjob_status.contract import CA_CERT_ENV, TOKEN_ENV, URL_ENV
+from trainjob_status.contract import audience as audience_for
 from trainjob_status_server.http.webhook import InjectorSettings
 from trainjob_status_server.pods import injection
 from trainjob_status_server.pods.injection import FirstSighting, Target
@@ -46,8 +47,8 @@ def trainer_injected(trainjob: str = TJ, name: str = "tj-node-0-0") -> dict[str,
             "value": f"{TRAINER}/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}"
             f"/trainjobs/{trainjob}/status",
         },
-        {"name": "KUBEFLOW_TRAINER_SERVER_CA_CERT", "value": f"{MOUNT}/ca.crt"},
-        {"name": "KUBEFLOW_TRAINER_SERVER_TOKEN", "value": f"{MOUNT}/token"},
+        {"name": CA_CERT_ENV, "value": f"{MOUNT}/ca.crt"},
+        {"name": TOKEN_ENV, "value": f"{MOUNT}/token"},
     ]
     volume = {
         "name": "kubeflow-trainer-token",
@@ -149,7 +150,7 @@ async def test_override_existing_redirects_the_trainers_pods_here(
     assert result == expected
     (container,) = result["spec"]["containers"]
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert env["KUBEFLOW_TRAINER_SERVER_URL"].startswith(
+    assert env[URL_ENV].startswith(
         "https://trainjob-status.trainjob-status.svc:10443/apis/trainer.kubeflow.org/"
     )
     assert foreign_lines(caplog) == [
@@ -176,15 +177,15 @@ def test_first_sighting_is_bounded() -> None:
 @pytest.mark.parametrize(
     ("env", "where"),
     [
-        ([{"name": "KUBEFLOW_TRAINER_SERVER_URL", "value": f"{TRAINER}/x"}], TRAINER),
+        ([{"name": URL_ENV, "value": f"{TRAINER}/x"}], TRAINER),
         (
-            [{"name": "KUBEFLOW_TRAINER_SERVER_URL", "value": "http://10.0.0.1/x"}],
+            [{"name": URL_ENV, "value": "http://10.0.0.1/x"}],
             "http://10.0.0.1",
         ),
-        ([{"name": "KUBEFLOW_TRAINER_SERVER_URL", "valueFrom": {"secretKeyRef": {}}}], ""),
-        ([{"name": "KUBEFLOW_TRAINER_SERVER_URL", "value": "not a url"}], ""),
-        ([{"name": "KUBEFLOW_TRAINER_SERVER_TOKEN", "value": "/t"}], ""),
-        ([{"name": "KUBEFLOW_TRAINER_SERVER_URL", "value": Target().url(NS, TJ)}], ""),
+        ([{"name": URL_ENV, "valueFrom": {"secretKeyRef": {}}}], ""),
+        ([{"name": URL_ENV, "value": "not a url"}], ""),
+        ([{"name": TOKEN_ENV, "value": "/t"}], ""),
+        ([{"name": URL_ENV, "value": Target().url(NS, TJ)}], ""),
     ],
     ids=["trainer", "elsewhere", "from-secret", "no-host", "no-url", "ours"],
 )

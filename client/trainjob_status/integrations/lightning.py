@@ -160,7 +160,7 @@ def _scalar(value: Any) -> float | int | None:
     numpy arrays) through ``item()``; anything else is skipped."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
+    if isinstance(value, (int, float)):
         return value
     try:
         count = value.numel() if hasattr(value, "numel") else value.size
@@ -169,4 +169,4 @@ def _scalar(value: Any) -> float | int | None:
         item = value.item()
     except Exception:
         return None
-    return item if isinstance(item, int | float) and not isinstance(item, bool) else None
+    return item if isinstance(item, (int, float)) and not isinstance(item, bool) else None

@@ -94,7 +94,7 @@ class TrainJobStatusCallback(_Base):
         if not state.is_world_process_zero or not logs:
             return
         for name, value in logs.items():
-            numeric = isinstance(value, int | float) and not isinstance(value, bool)
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
             if numeric and name not in _OWN_METRICS:
                 self._metrics[name] = value
         self._send_progress(state)

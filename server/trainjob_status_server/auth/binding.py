@@ -26,6 +26,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from trainjob_status.contract import JOBSET_NAME_LABEL
+
 from ..failures import Unavailable
 from ..kube.cache import WatchCache
 from ..kube.client import KubeClient
@@ -36,7 +38,7 @@ from ..kube.views import pod_view
 from . import failures
 from .failures import AuthFailure
 
-MEMBERSHIP_LABEL = "jobset.sigs.k8s.io/jobset-name"
+MEMBERSHIP_LABEL = JOBSET_NAME_LABEL
 TRAINJOB_PODS = MEMBERSHIP_LABEL  # the selector: every pod that has the label
 
 

@@ -25,13 +25,7 @@ from typing import Any
 from . import failures
 from .failures import AuthFailure
 
-AUDIENCE_PREFIX = "trainer.kubeflow.org/v1alpha1/namespaces/"
 SUBJECT_PREFIX = "system:serviceaccount:"
-
-
-def audience_for(namespace: str, trainjob: str) -> str:
-    """The token audience that lets a pod post ``namespace/trainjob``'s status."""
-    return f"{AUDIENCE_PREFIX}{namespace}/trainjobs/{trainjob}/status"
 
 
 @dataclass(frozen=True, slots=True)

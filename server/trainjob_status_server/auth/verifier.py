@@ -23,6 +23,8 @@ import random
 import time
 from collections.abc import Callable
 
+from trainjob_status.contract import audience as audience_for
+
 from ..failures import RateLimited, Unavailable
 from ..kube.backoff import Backoff
 from ..kube.client import KubeClient
@@ -30,7 +32,7 @@ from ..metrics.selfmetrics import AUTH_FAILURES, RATE_LIMITED
 from .authenticator import Identity
 from .bearer import bearer_token
 from .binding import PodBinding
-from .claims import TokenFacts, audience_for, check_facts, parse_facts, unverified_claims
+from .claims import TokenFacts, check_facts, parse_facts, unverified_claims
 from .failures import AuthFailure
 from .issuer import DISCOVERY_PATH, discover_issuer, own_token_issuer
 from .jwks import JWKS_ACCEPT, JWKS_PATH, KeyStore

@@ -25,8 +25,6 @@ from ..status.validation import EncodedStatus
 from . import codings, errors
 from .middleware import POSTER, TRAINJOB
 
-STATUS_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
-
 Exists = Callable[[str, str], Awaitable[bool]]
 Write = Callable[[str, str, EncodedStatus], Awaitable[None]]
 Clock = Callable[[], dt.datetime]

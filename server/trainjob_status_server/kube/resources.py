@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from trainjob_status import contract
+
 Obj = dict[str, Any]
 """A Kubernetes object as decoded JSON (the server never builds typed models)."""
 
@@ -48,7 +50,7 @@ class Resource:
         return base
 
 
-TRAINJOBS = Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")
+TRAINJOBS = Resource(contract.GROUP, contract.VERSION, contract.RESOURCE, contract.KIND)
 PODS = Resource("", "v1", "pods", "Pod")
 SECRETS = Resource("", "v1", "secrets", "Secret")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")

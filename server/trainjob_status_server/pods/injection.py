@@ -28,13 +28,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..auth.claims import audience_for
-from ..http.endpoint import STATUS_PATH
-
-URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
-CA_CERT_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
-TOKEN_ENV = "KUBEFLOW_TRAINER_SERVER_TOKEN"
-ENV_NAMES = (URL_ENV, CA_CERT_ENV, TOKEN_ENV)
+from trainjob_status.contract import (
+    ANCESTOR_STEP_LABEL,
+    CA_CERT_ENV,
+    JOBSET_NAME_LABEL,
+    TOKEN_ENV,
+    URL_ENV,
+    audience,
+    status_path,
+)
 
 MOUNT_PATH = "/var/run/secrets/kubeflow/trainer"
 VOLUME_NAME = "kubeflow-trainer-token"  # the peer's name for the same volume
@@ -43,9 +45,8 @@ TOKEN_FILE = "token"
 TOKEN_EXPIRATION_SECONDS = 3600
 
 CA_CONFIGMAP = "trainjob-status-ca"
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
-DEFAULT_SELECTOR = "trainer.kubeflow.org/trainjob-ancestor-step=trainer"
+DEFAULT_SELECTOR = f"{ANCESTOR_STEP_LABEL}=trainer"
 
 # Outcomes, as counted in trainjob_status_injections_total{result}.
 INJECTED = "injected"
@@ -205,7 +206,7 @@ class Target:
 
     def url(self, namespace: str, trainjob: str) -> str:
         """The status URL as the peer builds it: Service URL plus the status path."""
-        return self.base_url() + STATUS_PATH.format(namespace=namespace, name=trainjob)
+        return self.base_url() + status_path(namespace, trainjob)
 
     def env(self, namespace: str, trainjob: str) -> list[dict[str, Any]]:
         return [
@@ -221,7 +222,7 @@ class Target:
                 "sources": [
                     {
                         "serviceAccountToken": {
-                            "audience": audience_for(namespace, trainjob),
+                            "audience": audience(namespace, trainjob),
                             "expirationSeconds": TOKEN_EXPIRATION_SECONDS,
                             "path": TOKEN_FILE,
                         }

@@ -72,6 +72,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
+from trainjob_status.contract import GROUP, KIND, MAX_METRIC_CHARS, MAX_METRICS
+
 from ..failures import Failure
 from ..gofmt import go_float, go_quote
 
@@ -89,8 +91,6 @@ __all__ = [
     "parse_trainer_status",
 ]
 
-GROUP = "trainer.kubeflow.org"
-KIND = "TrainJob"
 # How far after its receive time a post's lastUpdatedTime may lie (clock skew allowance).
 MAX_AHEAD = timedelta(minutes=5)
 _AHEAD_DETAIL = (
@@ -107,8 +107,8 @@ TOO_MANY = "FieldValueTooMany"
 # hasBlockingErr); it says so in one extra cause instead.
 _BLOCKING = frozenset({REQUIRED, TOO_LONG, TOO_MANY, TYPE_INVALID})
 
-_MAX_STRING = 64
-_MAX_METRICS = 256
+_MAX_STRING = MAX_METRIC_CHARS
+_MAX_METRICS = MAX_METRICS
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 # go-openapi's type check takes a float64 within [-(2**53 - 1), 2**53 - 1] as an integer

@@ -1,7 +1,7 @@
 """A client that behaves as the Kubeflow SDK's ``update_trainjob_status`` is described in
-DESIGN.md and issue 8 (re-created from that description, not from its code).
+docs/design.md (written from that description, not from its code).
 
-Five properties matter to the tests, one per flaw the issue lists:
+Five properties matter to the tests, one per flaw of that client:
 1. a call within ``min_interval`` (5 s) of the last sent one is dropped (leading edge);
 2. the post happens on the caller's thread, waiting up to ``timeout`` (5 s);
 3. metrics go out as ``str(value)`` with no length or count limit, the ETA as given;
@@ -22,6 +22,8 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from trainjob_status.contract import CA_CERT_ENV, TOKEN_ENV, URL_ENV
+
 
 class SdkLikeClient:
     def __init__(
@@ -33,9 +35,9 @@ class SdkLikeClient:
         timeout: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.url = environ.get("KUBEFLOW_TRAINER_SERVER_URL")
-        self.token_path = environ.get("KUBEFLOW_TRAINER_SERVER_TOKEN")
-        self.ca_path = environ.get("KUBEFLOW_TRAINER_SERVER_CA_CERT")
+        self.url = environ.get(URL_ENV)
+        self.token_path = environ.get(TOKEN_ENV)
+        self.ca_path = environ.get(CA_CERT_ENV)
         self.min_interval = min_interval
         self.token_ttl = token_ttl
         self.timeout = timeout

@@ -1,5 +1,5 @@
 """Replays the posts Transformers' ``KubeflowCallback`` makes during a training run, as
-DESIGN.md describes them (its own urllib client, JSON, ``isoformat()`` times):
+docs/design.md describes them (its own urllib client, JSON, ``isoformat()`` times):
 
 - train begin: 0% with metric ``total_steps``;
 - each step: progress capped at 99 with an integer ETA and metrics ``current_step``,

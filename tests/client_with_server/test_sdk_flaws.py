@@ -6,26 +6,20 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from client.conftest import MakeReporter
+from client.sink import Reply, Sink, peer_status
 from trainjob_devcluster import DevCluster
 from trainjob_status import StatusReporter
+from trainjob_status.contract import MAX_METRICS
 
-from .conftest import MakeReporter, Pod, stored_status
+from .conftest import Pod, stored_status
 from .sdk_like import SdkLikeClient
-from .sink import Reply, Sink, peer_status
-
-
-def sink_environ(sink: Sink) -> dict[str, str]:
-    return {
-        "KUBEFLOW_TRAINER_SERVER_URL": sink.url(),
-        "KUBEFLOW_TRAINER_SERVER_TOKEN": str(sink.token_file),
-        "KUBEFLOW_TRAINER_SERVER_CA_CERT": str(sink.ca_file),
-    }
 
 
 def test_flaw_1_a_fast_loop_ending_at_100_delivers_100(
     sink: Sink, make_reporter: MakeReporter
 ) -> None:
-    sdk = SdkLikeClient(sink_environ(sink))
+    sdk = SdkLikeClient(sink.environ())
     for progress in range(101):
         sdk.update_trainjob_status(progress)
     assert [r.status["progressPercentage"] for r in sink.requests] == [0]  # stuck at 0
@@ -55,7 +49,7 @@ def test_flaw_2_a_stalled_server_never_holds_the_caller(
     assert sink.requests[-1].status["metrics"] == [{"name": "call", "value": "9999"}]
 
     sink.requests.clear()
-    sdk = SdkLikeClient(sink_environ(sink), timeout=60)
+    sdk = SdkLikeClient(sink.environ(), timeout=60)
     with sink.stalled():
         caller = threading.Thread(target=sdk.update_trainjob_status, args=(5,))
         caller.start()
@@ -81,7 +75,7 @@ async def test_flaw_3_oversized_metrics_and_float_eta_are_fitted_not_rejected(
     assert status is not None
     assert status["progressPercentage"] == 100
     assert status["estimatedRemainingSeconds"] == 13
-    assert len(status["metrics"]) == 256
+    assert len(status["metrics"]) == MAX_METRICS
     assert status["metrics"][:3] == [
         {"name": "n" * 64, "value": "1"},
         {"name": "text", "value": "v" * 64},
@@ -94,7 +88,7 @@ def test_flaw_4_a_rotated_token_is_used_at_once_after_a_401(
     sink: Sink, make_reporter: MakeReporter
 ) -> None:
     old = sink.token
-    sdk = SdkLikeClient(sink_environ(sink), min_interval=0)
+    sdk = SdkLikeClient(sink.environ(), min_interval=0)
     assert sdk.update_trainjob_status(1)
     new = sink.write_token("second")
     sink.accepted_tokens = {new}
@@ -121,7 +115,7 @@ def test_flaw_5_an_update_answered_503_is_retried_not_lost(
 ) -> None:
     unavailable = Reply(503, peer_status(503, "ServiceUnavailable", "busy"), {"Retry-After": "0.2"})
     sink.replies.append(unavailable)
-    sdk = SdkLikeClient(sink_environ(sink))
+    sdk = SdkLikeClient(sink.environ())
     assert not sdk.update_trainjob_status(100)
     assert sdk.answers == [503]
     assert len(sink.requests) == 1

@@ -30,7 +30,7 @@ import json, logging, sys
 import transformers
 from trainjob_status import StatusReporter
 from trainjob_status.integrations.transformers import TrainJobStatusCallback, attach
-from tests.client.hf_trainer import ShellTrainer, arguments
+from tests.client_with_server.hf_trainer import ShellTrainer, arguments
 
 logging.basicConfig(level=logging.INFO, format="%(name)s %(message)s")
 case, output_dir = sys.argv[1:]

@@ -17,27 +17,23 @@ import transformers
 from prometheus_client.parser import text_string_to_metric_families
 from transformers.integrations import KubeflowCallback
 
+from client.sink import Sink
 from trainjob_devcluster import DevCluster
 from trainjob_status import StatusReporter
+from trainjob_status.contract import ENV_NAMES
 from trainjob_status.integrations.transformers import TrainJobStatusCallback, attach
 from trainjob_status.transport import USER_AGENT
 from trainjob_status_server.app import StatusServer
 
 from .conftest import Pod, stored_status
 from .hf_trainer import ShellTrainer, arguments
-from .sink import Sink
 
-ENV = (
-    "KUBEFLOW_TRAINER_SERVER_URL",
-    "KUBEFLOW_TRAINER_SERVER_TOKEN",
-    "KUBEFLOW_TRAINER_SERVER_CA_CERT",
-)
 WARNING = "transformers' KubeflowCallback may also be posting this TrainJob's status"
 
 
 @pytest.fixture
 def outside_a_trainjob(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (*ENV, "DISABLE_KUBEFLOW_INTEGRATION"):
+    for name in (*ENV_NAMES, "DISABLE_KUBEFLOW_INTEGRATION"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -48,10 +44,6 @@ def in_a_pod(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str]) -> None:
         monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-
-
-def sink_environ(sink: Sink) -> dict[str, str]:
-    return dict(zip(ENV, (sink.url(), str(sink.token_file), str(sink.ca_file)), strict=True))
 
 
 def accepted_posts(server: StatusServer) -> float:
@@ -146,7 +138,7 @@ def test_attach_removes_the_builtin_so_only_ours_posts(
     sink: Sink, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, "trainjob_status")
-    in_a_pod(monkeypatch, sink_environ(sink))
+    in_a_pod(monkeypatch, sink.environ())
     trainer = ShellTrainer(arguments(str(tmp_path)))
     assert trainer.callback_names() == ["DefaultFlowCallback", "KubeflowCallback"]
     reporter = StatusReporter(min_interval=60)
@@ -165,7 +157,7 @@ def test_both_posting_is_warned_about_once(
     sink: Sink, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, "trainjob_status")
-    in_a_pod(monkeypatch, sink_environ(sink))
+    in_a_pod(monkeypatch, sink.environ())
     reporter = StatusReporter(min_interval=60)
     trainer = ShellTrainer(arguments(str(tmp_path)), [TrainJobStatusCallback(reporter)])
     assert trainer.callback_names() == [
@@ -185,7 +177,7 @@ def test_switched_off_by_disable_kubeflow_integration_there_is_nothing_to_warn_a
     sink: Sink, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, "trainjob_status")
-    in_a_pod(monkeypatch, sink_environ(sink))
+    in_a_pod(monkeypatch, sink.environ())
     monkeypatch.setenv("DISABLE_KUBEFLOW_INTEGRATION", "true")
     reporter = StatusReporter(min_interval=60)
     trainer = ShellTrainer(arguments(str(tmp_path)), [TrainJobStatusCallback(reporter)])
@@ -198,7 +190,7 @@ def test_switched_off_by_disable_kubeflow_integration_there_is_nothing_to_warn_a
 
 @pytest.mark.usefixtures("outside_a_trainjob")
 def test_only_world_process_zero_reports(sink: Sink, tmp_path: Path) -> None:
-    reporter = StatusReporter(environ=sink_environ(sink))
+    reporter = StatusReporter(environ=sink.environ())
     trainer = ShellTrainer(
         arguments(str(tmp_path)), [TrainJobStatusCallback(reporter)], is_world_process_zero=False
     )

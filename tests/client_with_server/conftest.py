@@ -1,0 +1,112 @@
+"""Fixtures for tests of the client against our real server and the devcluster, with a
+pod's environment (real token, CA file, status URL); the sink's fixtures come along."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from client.conftest import make_reporter as make_reporter
+from client.conftest import sink as sink
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_devcluster.pki import CertificateAuthority
+from trainjob_status.contract import (
+    CA_CERT_ENV,
+    GROUP,
+    JOBSET_NAME_LABEL,
+    TOKEN_ENV,
+    URL_ENV,
+    audience,
+    status_path,
+)
+from trainjob_status_server.app import StatusServer
+from trainjob_status_server.config import Config
+
+NS = "team-a"
+JOB = "job1"
+
+# -- our server against the devcluster (as tests/server/conftest.py starts it) ------------
+
+
+@pytest.fixture
+def serving_ca(tmp_path: Path) -> CertificateAuthority:
+    ca = CertificateAuthority()
+    cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    return ca
+
+
+@pytest_asyncio.fixture
+async def server(
+    devcluster: DevCluster, serving_ca: CertificateAuthority, tmp_path: Path
+) -> AsyncIterator[StatusServer]:
+    config = Config(
+        host="127.0.0.1",
+        port=0,
+        metrics_port=0,
+        probe_port=0,
+        tls_cert_file=tmp_path / "tls.crt",
+        tls_key_file=tmp_path / "tls.key",
+        kubeconfig=devcluster.kubeconfig_path,
+        kube_api_timeout=2.0,
+        kube_api_qps=1000.0,
+        kube_api_burst=1000,
+        shutdown_timeout=5.0,
+        # Each post is answered once written, so a test reads the TrainJob after a flush.
+        write_mode="direct",
+    )
+    async with StatusServer(config, AcceptAll()) as running:
+        await running.trainjobs.synced.wait()
+        yield running
+
+
+@dataclass
+class Pod:
+    """What the injector gives a TrainJob's pod: the three variables and their files."""
+
+    url: str
+    token_file: Path
+    ca_file: Path
+    token: str
+
+    @property
+    def environ(self) -> dict[str, str]:
+        return {
+            URL_ENV: self.url,
+            TOKEN_ENV: str(self.token_file),
+            CA_CERT_ENV: str(self.ca_file),
+        }
+
+
+@pytest.fixture
+def pod(
+    server: StatusServer,
+    devcluster: DevCluster,
+    serving_ca: CertificateAuthority,
+    tmp_path: Path,
+) -> Pod:
+    """TrainJob team-a/job1, one of its pods, and that pod's projected token."""
+    devcluster.create_trainjob(NS, JOB)
+    devcluster.create_pod(NS, f"{JOB}-node-0-0", labels={JOBSET_NAME_LABEL: JOB})
+    token = devcluster.request_token(NS, "default", [audience(NS, JOB)], pod=f"{JOB}-node-0-0")
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "token").write_text(token)
+    (secrets / "ca.crt").write_bytes(serving_ca.cert_pem)
+    # The URL names the server as the injector does: a DNS name its certificate holds.
+    url = server.url.replace("127.0.0.1", "localhost") + status_path(NS, JOB)
+    return Pod(url, secrets / "token", secrets / "ca.crt", token)
+
+
+def stored_status(devcluster: DevCluster, name: str = JOB) -> dict[str, Any] | None:
+    obj = devcluster.get("trainjobs", NS, name, GROUP)
+    assert obj is not None
+    status = obj.get("status", {}).get("trainerStatus")
+    return status if isinstance(status, dict) else None
