@@ -20,6 +20,7 @@ import pytest_asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from trainjob_status.contract import STATUS_PATH
 from trainjob_status_server import failures
 from trainjob_status_server.auth import AuthFailure, Identity
 from trainjob_status_server.failures import (
@@ -33,7 +34,7 @@ from trainjob_status_server.failures import (
     WriteFailed,
 )
 from trainjob_status_server.http import errors
-from trainjob_status_server.http.endpoint import STATUS_PATH, StatusEndpoint
+from trainjob_status_server.http.endpoint import StatusEndpoint
 from trainjob_status_server.http.middleware import POSTER, status_errors
 from trainjob_status_server.status.validation import EncodedStatus, PayloadError, ValidationFailed
 
