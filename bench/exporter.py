@@ -37,14 +37,19 @@ class StandInCache:
     resource = TRAINJOBS
 
     def __init__(self, objects: list[dict[str, Any]]) -> None:
-        self.objects = objects
+        self.objects = {
+            (obj["metadata"]["namespace"], obj["metadata"]["name"]): obj for obj in objects
+        }
         self.listeners: list[Callable[[CacheEvent], None]] = []
 
     def __len__(self) -> int:
         return len(self.objects)
 
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get((namespace, name))
+
     def list(self) -> list[dict[str, Any]]:
-        return list(self.objects)
+        return list(self.objects.values())
 
     def add_listener(self, listener: Callable[[CacheEvent], None]) -> None:
         self.listeners.append(listener)
