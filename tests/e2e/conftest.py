@@ -8,9 +8,7 @@ import contextlib
 import json
 import os
 import shutil
-import socket
-import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +16,13 @@ import aiohttp
 import pytest
 import pytest_asyncio
 import yaml
-from aiohttp import web
-from cryptography.hazmat.primitives.serialization import Encoding
 
-from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_devcluster.pki import CertificateAuthority
+from trainjob_devcluster.pytest_plugin import MakeStatusServer
+from trainjob_devcluster.testing import ServingCerts, eventually, free_port
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.config import Config
 from trainjob_status_server.exporter import Exporter
+
+__all__ = ["JOB", "Prometheus", "Stack", "eventually", "load_rules"]
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests" / "prometheus"
@@ -44,26 +40,6 @@ def require_binary(name: str) -> str:
     if os.environ.get("TRAINJOB_STATUS_CI") == "1":
         pytest.fail(f"{name} is not installed (CI installs it: apt-get install -y prometheus)")
     pytest.skip(f"{name} is not installed (apt-get install -y prometheus)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-async def eventually(check: Callable[[], Any], what: str = "", within: float = 20.0) -> Any:
-    """Await ``check()`` (a coroutine function) until it returns something truthy."""
-    try:
-        async with asyncio.timeout(within):
-            while True:
-                result = await check()
-                if result:
-                    return result
-                await asyncio.sleep(0.1)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what or check}") from None
 
 
 class Stack:
@@ -93,52 +69,17 @@ class Stack:
 
 
 @pytest_asyncio.fixture
-async def stack(devcluster: DevCluster, tmp_path: Path) -> AsyncIterator[Stack]:
-    ca = CertificateAuthority()
-    cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
-    (tmp_path / "tls.crt").write_bytes(cert)
-    (tmp_path / "tls.key").write_bytes(key)
-    config = Config(
-        host="127.0.0.1",
-        port=0,
-        metrics_port=0,
-        probe_port=0,
-        tls_cert_file=tmp_path / "tls.crt",
-        tls_key_file=tmp_path / "tls.key",
-        kubeconfig=devcluster.kubeconfig_path,
-        kube_api_qps=1000.0,
-        kube_api_burst=1000,
-        min_write_interval=0.0,
-    )
-    async with StatusServer(config, AcceptAll()) as server:
-        await server.trainjobs.synced.wait()
-        pem = ca.certificate.public_bytes(Encoding.PEM).decode()
-        connector = aiohttp.TCPConnector(ssl=ssl.create_default_context(cadata=pem))
+async def stack(
+    serving_certs: ServingCerts, make_status_server: MakeStatusServer
+) -> AsyncIterator[Stack]:
+    """The server with its exporter on its own metrics port: the target Prometheus
+    scrapes."""
+    async with make_status_server() as server:
+        connector = aiohttp.TCPConnector(ssl=serving_certs.client_context())
         async with aiohttp.ClientSession(connector=connector) as session:
-            wired = getattr(server, "exporter", None)
-            if isinstance(wired, Exporter):
-                # The server serves the exporter on its metrics port: scrape that.
-                stack = Stack(server, wired, server.metrics_url + "/metrics")
-                stack.session = session
-                yield stack
-                return
-            # Until app.py wires it: the exporter over the server's cache, on a port of
-            # its own.
-            exporter = Exporter(server.trainjobs)
-            exporter.start()
-            app = web.Application()
-            app.router.add_get("/metrics", exporter.handle)
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-            port = runner.addresses[0][1]
-            stack = Stack(server, exporter, f"http://127.0.0.1:{port}/metrics")
+            stack = Stack(server, server.exporter, server.metrics_url + "/metrics")
             stack.session = session
-            try:
-                yield stack
-            finally:
-                await runner.cleanup()
-                exporter.stop()
+            yield stack
 
 
 class Prometheus:
