@@ -5,6 +5,7 @@ parsing, /proc figures, Prometheus scrapes and percentiles. Not a benchmark itse
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import math
 import os
@@ -18,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -81,6 +83,12 @@ def processes() -> Iterator[Processes]:
     finally:
         procs.close()
         signal.signal(signal.SIGTERM, previous)
+
+
+def pin(cpu: int) -> None:
+    """Pin this process (all its threads started later) to ``cpu``, where there is one."""
+    if (os.cpu_count() or 1) > cpu:
+        os.sched_setaffinity(0, {cpu})
 
 
 def free_port() -> int:
@@ -258,3 +266,20 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
         return math.nan
     rank = max(1, math.ceil(q * len(sorted_values)))
     return sorted_values[rank - 1]
+
+
+# -- the command line ---------------------------------------------------------------------
+
+
+def parse_args(parser: argparse.ArgumentParser, smoke: dict[str, Any]) -> argparse.Namespace:
+    """The parsed command line, with ``--smoke`` added: it swaps the defaults for
+    ``smoke``'s (tiny inputs, windows of a second or so), to check that the bench runs to
+    the end; its figures mean nothing. Flags given explicitly still win."""
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny inputs and short windows: checks the bench runs; figures mean nothing",
+    )
+    if parser.parse_known_args()[0].smoke:
+        parser.set_defaults(**smoke)
+    return parser.parse_args()

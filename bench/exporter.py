@@ -11,7 +11,7 @@ The exporter reads the TrainJob cache only through ``list()`` and its listeners,
 stand-in cache holding decoded TrainJob objects feeds it here: the watch itself has its
 own benchmark (devcluster_bench.py).
 
-    .venv/bin/python bench/exporter.py [--trainjobs 10000] [--metrics 10]
+    .venv/bin/python bench/exporter.py [--trainjobs 10000] [--metrics 10] [--smoke]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from _harness import parse_args
 from trainjob_status_server.exporter import Exporter
 from trainjob_status_server.kube.resources import TRAINJOBS
 from trainjob_status_server.kube.store import CacheEvent
@@ -96,7 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trainjobs", type=int, default=10_000)
     parser.add_argument("--metrics", type=int, default=10)
-    args = parser.parse_args()
+    args = parse_args(parser, {"trainjobs": 100, "metrics": 3})
     cache = StandInCache(trainjobs(args.trainjobs, args.metrics))
     print(f"{args.trainjobs} TrainJobs x {args.metrics} metrics")
     for run in (1, 2):

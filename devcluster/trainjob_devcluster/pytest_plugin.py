@@ -8,6 +8,8 @@ are built on (:mod:`.testing`) import without pytest.
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +24,19 @@ from trainjob_status_server.config import Config
 
 from .cluster import DevCluster
 from .testing import ServingCerts, running_server, server_config
+
+
+def require_binary(name: str, package: str | None = None) -> str:
+    """The path of executable ``name``; skips the calling test when it is missing, unless
+    CI runs it (TRAINJOB_STATUS_CI=1): there a missing binary fails the test. ``package``
+    is the Debian package that has it (``name`` by default)."""
+    path = shutil.which(name)
+    if path is not None:
+        return path
+    install = f"apt-get install -y {package or name}"
+    if os.environ.get("TRAINJOB_STATUS_CI") == "1":
+        pytest.fail(f"{name} is not installed (CI installs it: {install})")
+    pytest.skip(f"{name} is not installed ({install})")
 
 
 @pytest_asyncio.fixture

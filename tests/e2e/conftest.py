@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from trainjob_devcluster.pytest_plugin import MakeStatusServer
+from trainjob_devcluster.pytest_plugin import MakeStatusServer, require_binary
 from trainjob_devcluster.testing import ServingCerts, eventually, free_port
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.exporter import Exporter
@@ -29,17 +27,6 @@ MANIFESTS = ROOT / "manifests" / "prometheus"
 RULES = MANIFESTS / "rules" / "trainjob-status.rules.yaml"
 DASHBOARD = MANIFESTS / "dashboards" / "trainjob-status.json"
 JOB = "trainjob-status"  # the scrape job's name, as the ServiceMonitor makes it
-
-
-def require_binary(name: str) -> str:
-    """The binary's path; skips the test when it is missing, unless CI
-    (TRAINJOB_STATUS_CI=1) runs it: there a missing binary fails the test."""
-    path = shutil.which(name)
-    if path is not None:
-        return path
-    if os.environ.get("TRAINJOB_STATUS_CI") == "1":
-        pytest.fail(f"{name} is not installed (CI installs it: apt-get install -y prometheus)")
-    pytest.skip(f"{name} is not installed (apt-get install -y prometheus)")
 
 
 class Stack:
@@ -182,7 +169,7 @@ def prometheus_binary() -> str:
 
 @pytest.fixture
 def promtool_binary() -> str:
-    return require_binary("promtool")
+    return require_binary("promtool", "prometheus")
 
 
 @pytest_asyncio.fixture
