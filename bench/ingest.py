@@ -48,8 +48,9 @@ Prints figures; asserts nothing. Needs ``wrk`` (apt-get install wrk) and ``tasks
 
     .venv/bin/python bench/ingest.py [--seconds 10] [--paced-seconds 15] [--smoke]
 
-``--smoke`` shrinks the scenarios to 1 x 20, 4 x 5 and 10 x 1 and every window to a
-second or so: it checks that the whole run works, and its figures mean nothing.
+``--smoke`` shrinks the scenarios to 1 x 20, 4 x 5 and 10 x 1, every window to a second
+and the waits for writes to half of one, with no warm-up runs: it checks that the whole
+run works, and its figures mean nothing.
 
 The parts live in ``_ingest/``: the scenarios and objects, the two child processes (this
 script runs them too), the wrk load, freshness, the driver and the report.
@@ -186,8 +187,8 @@ if __name__ == "__main__":
             "seconds": 1.0,
             "paced_seconds": 1.0,
             "connections": 4,
-            "paced_connections": 4,
-            "settle": 1.0,
+            "paced_connections": 2,
+            "settle": 0.5,
             "probe_connections": 20,
             "probe_seconds": 1.0,
             "warm_seconds": 0.0,
