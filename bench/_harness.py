@@ -115,6 +115,31 @@ def wait_file(path: Path, timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
+# -- what the load posts ------------------------------------------------------------------
+
+POST_SCRIPT = """
+wrk.method = "POST"
+wrk.body = [[%s]]
+wrk.headers["Authorization"] = "Bearer %s"
+wrk.headers["Content-Type"] = "application/json"
+"""
+
+
+def typical_status(last_updated: str = "2026-12-02T18:33:25Z") -> dict[str, Any]:
+    """A typical post's trainerStatus: progress, ETA and 8 metrics."""
+    return {
+        "progressPercentage": 42,
+        "estimatedRemainingSeconds": 3600,
+        "metrics": [{"name": f"metric_{i}", "value": f"{i * 0.125:.4f}"} for i in range(8)],
+        "lastUpdatedTime": last_updated,
+    }
+
+
+def post_script(body: str, token: str = "bench") -> str:
+    """A wrk script that posts ``body`` (JSON) with ``token``, the same post every time."""
+    return POST_SCRIPT % (body, token)
+
+
 # -- /proc --------------------------------------------------------------------------------
 
 

@@ -36,7 +36,9 @@ from _harness import (
     SERVER_CPU,
     free_port,
     parse_args,
+    post_script,
     processes,
+    typical_status,
     wait_file,
     wait_port,
 )
@@ -58,22 +60,7 @@ NS = "bench"  # PATH (the ceiling's route too) is .../namespaces/bench/trainjobs
 JOB = "job"
 POD = "job-node-0-0"
 AUDIENCE = f"trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/{JOB}/status"
-BODY = json.dumps(
-    {
-        "report": {
-            "progressPercentage": 42,
-            "estimatedRemainingSeconds": 3600,
-            "metrics": [{"name": f"metric_{i}", "value": f"{i * 0.125:.4f}"} for i in range(8)],
-            "lastUpdatedTime": "2026-12-02T18:33:25Z",
-        }
-    }
-)
-LUA = """
-wrk.method = "POST"
-wrk.body = [[%s]]
-wrk.headers["Authorization"] = "Bearer %s"
-wrk.headers["Content-Type"] = "application/json"
-"""
+BODY = json.dumps({"report": typical_status()})
 MODES = ("accept-all", "verified-cached", "verified-uncached")
 SELF = (sys.executable, __file__)  # this script runs the processes under test too
 
@@ -182,7 +169,7 @@ def main(args: argparse.Namespace) -> None:
         procs.start([*SELF, "--cluster", str(work)], cpu=LOAD_CPU, stderr=subprocess.DEVNULL)
         wait_file(work / "kubeconfig", 20)
         script = work / "post.lua"
-        script.write_text(LUA % (BODY, (work / "token").read_text()))
+        script.write_text(post_script(BODY, (work / "token").read_text()))
         tls = (str(work / "tls.crt"), str(work / "tls.key"))
         port = free_port()
         ceiling = procs.start(

@@ -48,7 +48,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from _harness import parse_args, parse_wrk, pin
+from _harness import LOAD_CPU, SERVER_CPU, cpu_seconds, loadavg, parse_args, parse_wrk, pin
 
 TJ = "/apis/trainer.kubeflow.org/v1alpha1"
 NS = "bench"
@@ -57,7 +57,6 @@ JOBS = 200
 WATCHED = "job-"
 # ...and none of these, which take the same writes with the watches open and no events.
 QUIET = "quiet-"
-SERVER_CPU, LOAD_CPU = 0, 1
 GOAL_WRITES_PER_S = 2_000  # with 1,000 watches open, on one core
 
 
@@ -344,13 +343,6 @@ def peak_rss_kib(pid: int) -> int:
     return 0
 
 
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
-
-
 def steal_ticks(cpu: int) -> int:
     """Clock ticks the hypervisor has kept ``cpu`` from running so far (/proc/stat)."""
     with open("/proc/stat") as handle:
@@ -358,11 +350,6 @@ def steal_ticks(cpu: int) -> int:
             if line.startswith(f"cpu{cpu} "):
                 return int(line.split()[8])
     return 0
-
-
-def loadavg() -> str:
-    with open("/proc/loadavg") as handle:
-        return " ".join(handle.read().split()[:3])
 
 
 @dataclass

@@ -30,8 +30,10 @@ from _harness import (
     cpu_seconds,
     free_port,
     parse_args,
+    post_script,
     processes,
     run_wrk,
+    typical_status,
     wait_file,
     wait_port,
 )
@@ -43,22 +45,7 @@ from trainjob_status_server.config import Config
 
 NS = "bench"
 PATH = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/job/status"
-BODY = json.dumps(
-    {
-        "trainerStatus": {
-            "progressPercentage": 42,
-            "estimatedRemainingSeconds": 3600,
-            "metrics": [{"name": f"metric_{i}", "value": f"{i * 0.125:.4f}"} for i in range(8)],
-            "lastUpdatedTime": "2026-12-02T18:33:25Z",
-        }
-    }
-)
-LUA = """
-wrk.method = "POST"
-wrk.body = [[%s]]
-wrk.headers["Authorization"] = "Bearer bench"
-wrk.headers["Content-Type"] = "application/json"
-"""
+BODY = json.dumps({"trainerStatus": typical_status()})
 
 
 SELF = (sys.executable, __file__)  # this script runs the processes under test too
@@ -143,7 +130,7 @@ def main(args: argparse.Namespace) -> None:
         work = Path(tmp)
         ServingCerts.create(work)
         script = work / "post.lua"
-        script.write_text(LUA % BODY)
+        script.write_text(post_script(BODY))
         kubeconfig = work / "kubeconfig"
         procs.start([*SELF, "--cluster", str(kubeconfig)], cpu=LOAD_CPU, stderr=subprocess.DEVNULL)
         wait_file(kubeconfig, 20)

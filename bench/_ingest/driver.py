@@ -29,6 +29,7 @@ from _harness import (
     free_port,
     histogram_quantile,
     parse_wrk,
+    post_script,
     rss_kib,
     run_wrk,
     scrape,
@@ -38,7 +39,6 @@ from _harness import (
     wrk_command,
 )
 from ingest_accept import BODY as CEILING_BODY  # type: ignore[import-not-found]
-from ingest_accept import LUA as CEILING_LUA
 from ingest_accept import PATH as CEILING_PATH
 
 from .freshness import freshness, read_visible
@@ -296,7 +296,7 @@ class Bench:
         )  # fmt: skip
         wait_port(port)
         script = self.work / "ceiling.lua"
-        script.write_text(CEILING_LUA % CEILING_BODY)
+        script.write_text(post_script(CEILING_BODY))
         url = f"https://127.0.0.1:{port}{CEILING_PATH}"
         if self.args.warm_seconds:
             run_wrk(url, script, self.args.warm_seconds, self.args.connections)

@@ -17,10 +17,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from aiohttp import web
+
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth.authenticator import Authenticator
 from trainjob_status_server.config import Config
 from trainjob_status_server.endpoint import STATUS_PATH
+from trainjob_status_server.exporter import Exporter
+from trainjob_status_server.kube.cache import WatchCache
 
 from .acceptall import AcceptAll
 from .cluster import DevCluster
@@ -144,6 +148,24 @@ async def eventually(
                 await asyncio.sleep(every)
     except TimeoutError:
         raise AssertionError(f"timed out waiting for {what or check}") from None
+
+
+@contextlib.asynccontextmanager
+async def exporter_on_a_port(trainjobs: WatchCache, max_series: int) -> AsyncIterator[str]:
+    """An exporter over ``trainjobs`` with ``max_series`` series at most, serving
+    ``/metrics`` in plain HTTP on a loopback port of its own; yields its host:port."""
+    exporter = Exporter(trainjobs, max_series=max_series)
+    exporter.start()
+    app = web.Application()
+    app.router.add_get("/metrics", exporter.handle)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        yield f"127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+        exporter.stop()
 
 
 # -- on a loop of their own ---------------------------------------------------------------

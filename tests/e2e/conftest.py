@@ -20,8 +20,6 @@ from trainjob_devcluster.testing import ServingCerts, eventually, free_port
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.exporter import Exporter
 
-__all__ = ["JOB", "Prometheus", "Stack", "eventually", "load_rules"]
-
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests" / "prometheus"
 RULES = MANIFESTS / "rules" / "trainjob-status.rules.yaml"

@@ -12,8 +12,9 @@ import re
 from typing import Any
 
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.testing import eventually
 
-from .conftest import DASHBOARD, JOB, Prometheus, Stack, eventually, load_rules
+from .conftest import DASHBOARD, JOB, Prometheus, Stack, load_rules
 
 NS = "team-a"
 AWKWARD = 'he said "hi"\\ \nλ'

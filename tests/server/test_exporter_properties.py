@@ -14,7 +14,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from prometheus_client.openmetrics.parser import (
@@ -22,8 +21,12 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from trainjob_devcluster.testing import BackgroundStack, ServingCerts, status_path
-from trainjob_status_server.exporter import Exporter
+from trainjob_devcluster.testing import (
+    BackgroundStack,
+    ServingCerts,
+    exporter_on_a_port,
+    status_path,
+)
 from trainjob_status_server.series import LAST_UPDATE, METRIC, exportable, parse_number
 
 from .conftest import GROUP, NS
@@ -103,19 +106,9 @@ class Harness(BackgroundStack):
 
     async def capped_pages(self, cap: int) -> tuple[str, str]:
         """Both formats from an exporter over the same cache with ``cap`` series at most."""
-        exporter = Exporter(self.server.trainjobs, max_series=cap)
-        exporter.start()
-        app = web.Application()
-        app.router.add_get("/metrics", exporter.handle)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-            url = f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
+        async with exporter_on_a_port(self.server.trainjobs, cap) as target:
+            url = f"http://{target}/metrics"
             return await self.scrape(url), await self.scrape(url, OPENMETRICS_ACCEPT)
-        finally:
-            await runner.cleanup()
-            exporter.stop()
 
     def close(self) -> None:
         self.run(self.session.close())
