@@ -60,6 +60,8 @@ def status_config(devcluster: DevCluster, serving_certs: ServingCerts) -> Config
 
 
 class MakeStatusServer(Protocol):
+    """The type of the ``make_status_server`` fixture."""
+
     def __call__(
         self,
         config: Config | None = None,
