@@ -103,29 +103,21 @@ class Stack:
         self._start_slow()
         self._start_hung()
 
-    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """``fn`` run on the cluster's loop (its store is not shared between threads)."""
-
-        async def call() -> Any:
-            return fn(*args, **kwargs)
-
-        return self.stack.run(call())
-
     def new_trainjob(self) -> tuple[str, str]:
         """A fresh TrainJob with one pod; its status URL and that pod's token."""
         self._jobs += 1
         name = f"job-{self._jobs}"
         pod = f"{name}-node-0-0"
-        self._call(self.cluster.create_trainjob, NS, name)
+        self.stack.call(self.cluster.create_trainjob, NS, name)
         labels = {"jobset.sigs.k8s.io/jobset-name": name}
-        self._call(self.cluster.create_pod, NS, pod, labels=labels)
+        self.stack.call(self.cluster.create_pod, NS, pod, labels=labels)
         audience = f"{GROUP}/v1alpha1/namespaces/{NS}/trainjobs/{name}/status"
-        token = self._call(self.cluster.request_token, NS, "default", [audience], pod=pod)
+        token = self.stack.call(self.cluster.request_token, NS, "default", [audience], pod=pod)
         return self.server_url + status_path(name), token
 
     def stored_progress(self, url: str) -> object:
         name = url.rsplit("/", 2)[-2]
-        obj = self._call(self.cluster.get, "trainjobs", NS, name, GROUP)
+        obj = self.stack.call(self.cluster.get, "trainjobs", NS, name, GROUP)
         return ((obj or {}).get("status") or {}).get("trainerStatus", {}).get("progressPercentage")
 
     def _start_slow(self) -> None:

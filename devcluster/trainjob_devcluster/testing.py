@@ -184,7 +184,12 @@ class BackgroundStack:
         self.thread.start()
         self.cluster: DevCluster = self.run(DevCluster().start())
         config = server_config(self.cluster.kubeconfig_path, certs, **changes)
-        self.server: StatusServer = self.run(self._start_server(config))
+        try:
+            self.server: StatusServer = self.run(self._start_server(config))
+        except BaseException:
+            self.run(self.cluster.stop())
+            self._stop_loop()
+            raise
 
     @staticmethod
     async def _start_server(config: Config) -> StatusServer:
@@ -196,8 +201,20 @@ class BackgroundStack:
         """Run ``coroutine`` on the stack's loop and return its result."""
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(self.timeout)
 
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` run on the stack's loop: what changes the cluster's
+        store (creates, deletes) must, as the store notifies watches from there."""
+
+        async def call() -> T:
+            return fn(*args, **kwargs)
+
+        return self.run(call())
+
     def close(self) -> None:
         self.run(self.server.stop())
         self.run(self.cluster.stop())
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)

@@ -30,7 +30,7 @@ class Harness(BackgroundStack):
         super().__init__(
             certs, timeout=30, kube_api_timeout=5.0, kube_api_qps=10_000.0, kube_api_burst=10_000
         )
-        self.cluster.create_trainjob(NS, "tj")
+        self.call(self.cluster.create_trainjob, NS, "tj")
         host, port = self.server.url.removeprefix("https://").rsplit(":", 1)
         self.connection = http.client.HTTPSConnection(
             host, int(port), context=certs.client_context(), timeout=10
