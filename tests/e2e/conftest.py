@@ -16,7 +16,7 @@ import pytest_asyncio
 import yaml
 
 from trainjob_devcluster.pytest_plugin import MakeStatusServer, require_binary
-from trainjob_devcluster.testing import ServingCerts, eventually, free_port
+from trainjob_devcluster.testing import ServingCerts, eventually, free_port, status_path
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.exporter import Exporter
 
@@ -28,8 +28,8 @@ JOB = "trainjob-status"  # the scrape job's name, as the ServiceMonitor makes it
 
 
 class Stack:
-    """A status server (accept-all auth, HTTPS) and the exporter over its TrainJob cache on
-    a plain-HTTP port of its own: the target Prometheus scrapes."""
+    """A status server (accept-all auth, HTTPS) and its exporter on the server's metrics
+    port: the target Prometheus scrapes."""
 
     def __init__(self, server: StatusServer, exporter: Exporter, metrics_url: str) -> None:
         self.server = server
@@ -43,10 +43,7 @@ class Stack:
 
     async def post(self, namespace: str, name: str, trainer_status: dict[str, Any]) -> None:
         assert self.session is not None
-        url = (
-            f"{self.server.url}/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}"
-            f"/trainjobs/{name}/status"
-        )
+        url = self.server.url + status_path(namespace, name)
         body = json.dumps({"trainerStatus": trainer_status})
         headers = {"Authorization": "Bearer e2e"}
         async with self.session.post(url, data=body, headers=headers) as response:
