@@ -5,6 +5,7 @@ parsing, /proc figures, Prometheus scrapes and percentiles. Not a benchmark itse
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import math
 import os
@@ -18,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -83,6 +85,12 @@ def processes() -> Iterator[Processes]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def pin(cpu: int) -> None:
+    """Pin this process (all its threads started later) to ``cpu``, where there is one."""
+    if (os.cpu_count() or 1) > cpu:
+        os.sched_setaffinity(0, {cpu})
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -105,6 +113,31 @@ def wait_file(path: Path, timeout: float = 60) -> None:
         if time.monotonic() > deadline:
             raise SystemExit(f"{path} did not appear within {timeout:.0f} s")
         time.sleep(0.05)
+
+
+# -- what the load posts ------------------------------------------------------------------
+
+POST_SCRIPT = """
+wrk.method = "POST"
+wrk.body = [[%s]]
+wrk.headers["Authorization"] = "Bearer %s"
+wrk.headers["Content-Type"] = "application/json"
+"""
+
+
+def typical_status(last_updated: str = "2026-12-02T18:33:25Z") -> dict[str, Any]:
+    """A typical post's trainerStatus: progress, ETA and 8 metrics."""
+    return {
+        "progressPercentage": 42,
+        "estimatedRemainingSeconds": 3600,
+        "metrics": [{"name": f"metric_{i}", "value": f"{i * 0.125:.4f}"} for i in range(8)],
+        "lastUpdatedTime": last_updated,
+    }
+
+
+def post_script(body: str, token: str = "bench") -> str:
+    """A wrk script that posts ``body`` (JSON) with ``token``, the same post every time."""
+    return POST_SCRIPT % (body, token)
 
 
 # -- /proc --------------------------------------------------------------------------------
@@ -258,3 +291,20 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
         return math.nan
     rank = max(1, math.ceil(q * len(sorted_values)))
     return sorted_values[rank - 1]
+
+
+# -- the command line ---------------------------------------------------------------------
+
+
+def parse_args(parser: argparse.ArgumentParser, smoke: dict[str, Any]) -> argparse.Namespace:
+    """The parsed command line, with ``--smoke`` added: it swaps the defaults for
+    ``smoke``'s (tiny inputs, windows of a second or so), to check that the bench runs to
+    the end; its figures mean nothing. Flags given explicitly still win."""
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny inputs and short windows: checks the bench runs; figures mean nothing",
+    )
+    if parser.parse_known_args()[0].smoke:
+        parser.set_defaults(**smoke)
+    return parser.parse_args()

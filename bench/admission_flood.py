@@ -7,7 +7,7 @@ In process on one event loop: the devcluster, the server (accept-all authenticat
 ``--write-mode direct`` so the post is answered when its write is done, every API budget
 at its default) and the clients. Prints figures; asserts nothing.
 
-    .venv/bin/python bench/admission_flood.py [--reviews 150] [--rounds 3]
+    .venv/bin/python bench/admission_flood.py [--reviews 150] [--rounds 3] [--smoke]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from _harness import parse_args
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_status.contract import ANCESTOR_STEP_LABEL as ANCESTOR
@@ -113,12 +114,13 @@ async def main(reviews: int, rounds: int) -> None:
                         f"ratio {flooded / alone:.2f}; a pod of the real TrainJob "
                         f"{'injected' if injected else 'NOT injected'} in {real_time * 1000:.0f} ms"
                     )
-                    await asyncio.sleep(2.0)
+                    if round_ + 1 < rounds:
+                        await asyncio.sleep(2.0)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reviews", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = parse_args(parser, {"reviews": 10, "rounds": 1})
     asyncio.run(main(args.reviews, args.rounds))

@@ -14,7 +14,8 @@ post (steadier when other work shares the machine and wrk cannot saturate the se
 core) and the CPU cost of one ``authenticate()`` call, cached and uncached, measured in a
 loop. Prints figures; asserts nothing. Needs ``wrk``.
 
-    .venv/bin/python bench/auth_verify.py [--seconds 10] [--connections 32]
+    .venv/bin/python bench/auth_verify.py [--seconds 10] [--connections 32] [--calls 20000]
+        [--smoke]
 """
 
 from __future__ import annotations
@@ -24,23 +25,31 @@ import asyncio
 import dataclasses
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from _harness import (
+    LOAD_CPU,
+    SERVER_CPU,
+    free_port,
+    parse_args,
+    post_script,
+    processes,
+    typical_status,
+    wait_file,
+    wait_port,
+)
 from ingest_accept import (  # type: ignore[import-not-found]  # bench/ is not a package
     PATH,
     ceiling_server,
-    free_port,
     measure,
-    wait_port,
 )
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_devcluster.pki import CertificateAuthority
+from trainjob_devcluster.testing import ServingCerts
 from trainjob_status.contract import JOBSET_NAME_LABEL, audience
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth import AuthSettings, TokenAuthenticator
@@ -52,23 +61,9 @@ NS = "bench"  # PATH (the ceiling's route too) is .../namespaces/bench/trainjobs
 JOB = "job"
 POD = "job-node-0-0"
 AUDIENCE = audience(NS, JOB)
-BODY = json.dumps(
-    {
-        "report": {
-            "progressPercentage": 42,
-            "estimatedRemainingSeconds": 3600,
-            "metrics": [{"name": f"metric_{i}", "value": f"{i * 0.125:.4f}"} for i in range(8)],
-            "lastUpdatedTime": "2026-12-02T18:33:25Z",
-        }
-    }
-)
-LUA = """
-wrk.method = "POST"
-wrk.body = [[%s]]
-wrk.headers["Authorization"] = "Bearer %s"
-wrk.headers["Content-Type"] = "application/json"
-"""
+BODY = json.dumps({"report": typical_status()})
 MODES = ("accept-all", "verified-cached", "verified-uncached")
+SELF = (sys.executable, __file__)  # this script runs the processes under test too
 
 
 # -- the processes under test -------------------------------------------------------------
@@ -106,7 +101,7 @@ async def status_server(mode: str, port: int, cert: Path, key: Path, work: Path)
         await asyncio.Event().wait()
 
 
-async def authenticate_cost(work: Path) -> None:
+async def authenticate_cost(work: Path, calls: int) -> None:
     """Microseconds per ``authenticate()`` call in a loop, cached and uncached: the
     request path's own cost, steadier than throughput on a shared machine."""
     settings = AuthSettings(
@@ -117,15 +112,15 @@ async def authenticate_cost(work: Path) -> None:
     )
     header = "Bearer " + (work / "token").read_text()
     kube = await KubeClient(work / "kubeconfig").start()
-    for size, calls in ((settings.token_cache_size, 20_000), (0, 1_000)):
+    for size, n in ((settings.token_cache_size, calls), (0, max(1, calls // 20))):
         auth = TokenAuthenticator(dataclasses.replace(settings, token_cache_size=size))
         await auth.start(kube)
         await auth.wait_ready()
         await auth.authenticate(header, NS, JOB)
         started = time.process_time()
-        for _ in range(calls):
+        for _ in range(n):
             await auth.authenticate(header, NS, JOB)
-        cost = (time.process_time() - started) / calls * 1e6
+        cost = (time.process_time() - started) / n * 1e6
         label = "cached" if size else "uncached (RS256 each time)"
         print(f"authenticate(), {label:<27} {cost:8.1f} us CPU per call")
         await auth.stop()
@@ -145,13 +140,6 @@ async def cluster_process(work: Path) -> None:
 
 
 # -- the driver ---------------------------------------------------------------------------
-
-
-def spawn(cpu: int, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        ["taskset", "-c", str(cpu), sys.executable, __file__, *args],
-        stderr=subprocess.DEVNULL,
-    )
 
 
 def report(figures: dict[str, dict[str, float]]) -> None:
@@ -174,58 +162,52 @@ def report(figures: dict[str, dict[str, float]]) -> None:
 def main(args: argparse.Namespace) -> None:
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install wrk")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, processes() as procs:
         work = Path(tmp)
-        ca = CertificateAuthority()
-        cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
-        (work / "tls.crt").write_bytes(cert)
-        (work / "tls.key").write_bytes(key)
-        procs = [spawn(1, "--cluster", str(work))]
-        try:
-            deadline = time.monotonic() + 20
-            while not (work / "kubeconfig").exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            script = work / "post.lua"
-            script.write_text(LUA % (BODY, (work / "token").read_text()))
-            tls = (str(work / "tls.crt"), str(work / "tls.key"))
+        ServingCerts.create(work)
+        procs.start([*SELF, "--cluster", str(work)], cpu=LOAD_CPU, stderr=subprocess.DEVNULL)
+        wait_file(work / "kubeconfig", 20)
+        script = work / "post.lua"
+        script.write_text(post_script(BODY, (work / "token").read_text()))
+        tls = (str(work / "tls.crt"), str(work / "tls.key"))
+        port = free_port()
+        ceiling = procs.start(
+            [*SELF, "--ceiling", str(port), *tls], cpu=SERVER_CPU, stderr=subprocess.DEVNULL
+        )
+        wait_port(port)
+        figures = {
+            "ceiling": measure(
+                "bare aiohttp handler (ceiling)",
+                ceiling.pid,
+                f"https://127.0.0.1:{port}{PATH}",
+                script,
+                args,
+            )
+        }
+        procs.stop(ceiling)
+        for mode in MODES:
             port = free_port()
-            ceiling = spawn(0, "--ceiling", str(port), *tls)
-            procs.append(ceiling)
+            proc = procs.start(
+                [*SELF, "--server", mode, str(port), *tls, str(work)],
+                cpu=SERVER_CPU,
+                stderr=subprocess.DEVNULL,
+            )
             wait_port(port)
-            figures = {
-                "ceiling": measure(
-                    "bare aiohttp handler (ceiling)",
-                    ceiling.pid,
-                    f"https://127.0.0.1:{port}{PATH}",
-                    script,
-                    args,
-                )
-            }
-            ceiling.send_signal(signal.SIGTERM)
-            for mode in MODES:
-                port = free_port()
-                proc = spawn(0, "--server", mode, str(port), *tls, str(work))
-                procs.append(proc)
-                wait_port(port)
-                time.sleep(1)
-                figures[mode] = measure(
-                    f"server, {mode}", proc.pid, f"https://127.0.0.1:{port}{PATH}", script, args
-                )
-                proc.send_signal(signal.SIGTERM)
-            report(figures)
-            print(
-                f"wrk -t1 -c{args.connections} on CPU 1 with the devcluster; "
-                f"server under test alone on CPU 0; {args.seconds:.0f} s per figure"
+            time.sleep(1)
+            figures[mode] = measure(
+                f"server, {mode}", proc.pid, f"https://127.0.0.1:{port}{PATH}", script, args
             )
-            print()
-            subprocess.run(
-                ["taskset", "-c", "0", sys.executable, __file__, "--micro", str(work)],
-                check=True,
-            )
-        finally:
-            for proc in procs:
-                proc.kill()
-                proc.wait(5)
+            procs.stop(proc)
+        report(figures)
+        print(
+            f"wrk -t1 -c{args.connections} on CPU {LOAD_CPU} with the devcluster; "
+            f"server under test alone on CPU {SERVER_CPU}; {args.seconds:.0f} s per figure"
+        )
+        print()
+        subprocess.run(
+            ["taskset", "-c", str(SERVER_CPU), *SELF, "--micro", str(work), str(args.calls)],
+            check=True,
+        )
 
 
 if __name__ == "__main__":
@@ -238,11 +220,22 @@ if __name__ == "__main__":
                 status_server(rest[0], int(rest[1]), Path(rest[2]), Path(rest[3]), Path(rest[4]))
             )
         elif mode == "--micro":
-            asyncio.run(authenticate_cost(Path(rest[0])))
+            asyncio.run(authenticate_cost(Path(rest[0]), int(rest[1])))
         else:
             asyncio.run(cluster_process(Path(rest[0])))
     else:
         parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
         parser.add_argument("--seconds", type=float, default=10.0)
         parser.add_argument("--connections", type=int, default=32)
-        main(parser.parse_args())
+        parser.add_argument(
+            "--calls",
+            type=int,
+            default=20_000,
+            help="authenticate() calls timed with the cache (a twentieth of that without)",
+        )
+        parser.add_argument("--warm-seconds", type=float, default=2.0, help="0: no warm-up")
+        main(
+            parse_args(
+                parser, {"seconds": 1.0, "connections": 4, "calls": 400, "warm_seconds": 0.0}
+            )
+        )

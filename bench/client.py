@@ -12,6 +12,7 @@ but over a kept-alive ``requests.Session`` (its best case; the SDK opens a conne
 post). Without ``requests`` installed it falls back to ``http.client`` and says so.
 
     .venv/bin/python bench/client.py [--calls 100000] [--blocking-calls 10000] [--latency-ms 0]
+        [--smoke]
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from trainjob_devcluster.pki import CertificateAuthority
+from _harness import parse_args, pin
+from trainjob_devcluster.testing import ServingCerts
 from trainjob_status.contract import CA_CERT_ENV, TOKEN_ENV, URL_ENV, status_path
 
 PATH = status_path("bench", "job")
@@ -72,11 +74,6 @@ def serve(
     server.socket = context.wrap_socket(server.socket, server_side=True)
     port.value = server.server_address[1]
     server.serve_forever()
-
-
-def pin(cpu: int) -> None:
-    if (os.cpu_count() or 1) > cpu:
-        os.sched_setaffinity(0, {cpu})
 
 
 # -- measurements ------------------------------------------------------------------------------
@@ -160,14 +157,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=100_000)
     parser.add_argument("--blocking-calls", type=int, default=10_000)
     parser.add_argument("--latency-ms", type=float, default=0.0)
-    args = parser.parse_args()
+    args = parse_args(parser, {"calls": 2_000, "blocking_calls": 200})
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-client-"))
-    ca = CertificateAuthority()
-    cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
-    (workdir / "tls.crt").write_bytes(cert)
-    (workdir / "tls.key").write_bytes(key)
-    (workdir / "ca.crt").write_bytes(ca.cert_pem)
+    ServingCerts.create(workdir)
     token = "bench-token"
     (workdir / "token").write_text(token)
 

@@ -11,7 +11,7 @@ the server has let them go. The connections come from several loopback addresses
 asserts nothing. The goal: growth of at most 64 KiB per stalled connection, and back
 within 10% of the idle RSS after they close.
 
-    .venv/bin/python bench/connection_memory.py [--connections 1024] [--rounds 2]
+    .venv/bin/python bench/connection_memory.py [--connections 1024] [--rounds 2] [--smoke]
 """
 
 from __future__ import annotations
@@ -26,12 +26,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from cryptography.hazmat.primitives.serialization import Encoding
-
-from _harness import free_port, processes, rss_kib, wait_file, wait_port
+from _harness import (
+    LOAD_CPU,
+    SERVER_CPU,
+    free_port,
+    parse_args,
+    processes,
+    rss_kib,
+    wait_file,
+    wait_port,
+)
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_devcluster.pki import CertificateAuthority
+from trainjob_devcluster.testing import ServingCerts
 from trainjob_status.contract import status_path
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
@@ -115,11 +122,11 @@ async def settle(pid: int, quiet: float, seconds: float = 10.0) -> int:
 
 
 async def one_round(
-    pid: int, port: int, context: ssl.SSLContext, connections: int, head: bytes
+    pid: int, port: int, context: ssl.SSLContext, connections: int, head: bytes, quiet: float
 ) -> tuple[int, int, int, int]:
     for _ in range(20):
         await post(port, context)
-    idle = await settle(pid, 2.0)
+    idle = await settle(pid, quiet)
     streams = []
     opened = 0
     for i in range(connections):
@@ -138,7 +145,7 @@ async def one_round(
         streams.append((reader, writer))
         opened += 1
     await asyncio.gather(*(writer.drain() for _, writer in streams))
-    loaded = await settle(pid, 2.0)
+    loaded = await settle(pid, quiet)
     for _, writer in streams:
         writer.close()
     await asyncio.gather(*(writer.wait_closed() for _, writer in streams), return_exceptions=True)
@@ -146,7 +153,7 @@ async def one_round(
     for _ in range(20):
         await post(port, context)
     # The server gives memory back a second after the crowd has gone (memory.TRIM_DELAY).
-    after = await settle(pid, 3.0)
+    after = await settle(pid, quiet + 1.0)
     return idle, opened, loaded, after
 
 
@@ -160,7 +167,9 @@ async def drive(args: argparse.Namespace, pid: int, port: int, work: Path) -> No
     )
     first_idle = None
     for round_ in range(1, args.rounds + 1):
-        idle, opened, loaded, after = await one_round(pid, port, context, args.connections, head)
+        idle, opened, loaded, after = await one_round(
+            pid, port, context, args.connections, head, args.quiet_seconds
+        )
         first_idle = idle if first_idle is None else first_idle
         growth = (loaded - idle) / max(opened, 1)
         print(
@@ -174,12 +183,8 @@ async def drive(args: argparse.Namespace, pid: int, port: int, work: Path) -> No
 def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp, processes() as procs:
         work = Path(tmp)
-        ca = CertificateAuthority()
-        cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
-        (work / "tls.crt").write_bytes(cert)
-        (work / "tls.key").write_bytes(key)
-        (work / "ca.crt").write_bytes(ca.certificate.public_bytes(Encoding.PEM))
-        procs.start([sys.executable, __file__, "--cluster", str(work)], cpu=1)
+        ServingCerts.create(work)
+        procs.start([sys.executable, __file__, "--cluster", str(work)], cpu=LOAD_CPU)
         wait_file(work / "kubeconfig")
         port, metrics_port = free_port(), free_port()
         server = procs.start(
@@ -187,7 +192,7 @@ def main(args: argparse.Namespace) -> None:
                 *(sys.executable, __file__, "--serve", str(port), str(metrics_port)),
                 *(str(work), str(args.max_header_bytes)),
             ],
-            cpu=0,
+            cpu=SERVER_CPU,
         )
         wait_port(port)
         asyncio.run(drive(args, server.pid, port, work))
@@ -203,4 +208,10 @@ if __name__ == "__main__":
         parser.add_argument("--connections", type=int, default=DEFAULTS.max_connections)
         parser.add_argument("--max-header-bytes", type=int, default=DEFAULTS.max_header_bytes)
         parser.add_argument("--rounds", type=int, default=2)
-        main(parser.parse_args())
+        parser.add_argument(
+            "--quiet-seconds",
+            type=float,
+            default=2.0,
+            help="RSS is read once it has not moved this long (after a close: 1 s longer)",
+        )
+        main(parse_args(parser, {"connections": 16, "rounds": 1, "quiet_seconds": 0.5}))

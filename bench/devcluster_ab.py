@@ -13,7 +13,10 @@ write to A's; then the medians. Prints figures; asserts nothing. Usage:
 
     git worktree add /tmp/base HEAD~1
     .venv/bin/python bench/devcluster_ab.py /tmp/base . [--rounds 10]
-        [--seconds 4] [--watches 1000]
+        [--seconds 4] [--watches 1000] [--smoke]
+
+``--smoke`` (one round of a second, 20 watches) checks that it runs; it can take the
+same checkout twice (``. .``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 import yaml
 
 import devcluster_bench as bench
+from _harness import parse_args
 
 
 @dataclass
@@ -82,7 +86,7 @@ async def compare(builds: list[Build], args: argparse.Namespace) -> None:
     for build in builds:
         await populate(build)
         writes = bench.WrkWrites(build.config, build.workdir, args.connections)
-        await writes.run(2.0)  # warm-up
+        await writes.run(min(2.0, args.seconds))  # warm-up
         probe = bench.Client(build.config, 4)
         watchers = bench.Client(build.config, args.watches + 10)
         await probe.__aenter__()
@@ -155,7 +159,7 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each load")
     parser.add_argument("--watches", type=int, default=1000, help="open on each build")
     parser.add_argument("--connections", type=int, default=32, help="wrk's connections")
-    arguments = parser.parse_args()
+    arguments = parse_args(parser, {"rounds": 1, "seconds": 1.0, "watches": 20, "connections": 4})
     if arguments.rounds < 1:
         parser.error("--rounds must be at least 1")
     asyncio.run(main(arguments))

@@ -20,7 +20,7 @@ back (steal time) while it ran. Prints figures; asserts nothing. Needs ``wrk`` a
 ``taskset``. Usage:
 
     .venv/bin/python bench/devcluster_bench.py [--seconds 10] [--rounds 3]
-        [--load wrk|aiohttp] [--connections 32] [--watches 1000]
+        [--load wrk|aiohttp] [--connections 32] [--watches 1000] [--smoke]
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from _harness import parse_wrk
+from _harness import LOAD_CPU, SERVER_CPU, cpu_seconds, loadavg, parse_args, parse_wrk, pin
 
 TJ = "/apis/trainer.kubeflow.org/v1alpha1"
 NS = "bench"
@@ -57,13 +57,7 @@ JOBS = 200
 WATCHED = "job-"
 # ...and none of these, which take the same writes with the watches open and no events.
 QUIET = "quiet-"
-SERVER_CPU, LOAD_CPU = 0, 1
 GOAL_WRITES_PER_S = 2_000  # with 1,000 watches open, on one core
-
-
-def pin(cpu: int) -> None:
-    if hasattr(os, "sched_setaffinity") and os.cpu_count() and os.cpu_count() > cpu:  # type: ignore[operator]
-        os.sched_setaffinity(0, {cpu})
 
 
 def start_cluster(workdir: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
@@ -349,13 +343,6 @@ def peak_rss_kib(pid: int) -> int:
     return 0
 
 
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
-
-
 def steal_ticks(cpu: int) -> int:
     """Clock ticks the hypervisor has kept ``cpu`` from running so far (/proc/stat)."""
     with open("/proc/stat") as handle:
@@ -363,11 +350,6 @@ def steal_ticks(cpu: int) -> int:
             if line.startswith(f"cpu{cpu} "):
                 return int(line.split()[8])
     return 0
-
-
-def loadavg() -> str:
-    with open("/proc/loadavg") as handle:
-        return " ".join(handle.read().split()[:3])
 
 
 @dataclass
@@ -520,7 +502,7 @@ async def run(args: argparse.Namespace, config: dict[str, Any], pid: int, workdi
             writes = WrkWrites(config, workdir, args.connections)
         else:
             writes = AiohttpWrites(client, args.connections)
-        await writes.run(2.0)  # warm-up
+        await writes.run(min(2.0, args.seconds))  # warm-up
         alone_rounds = []
         for r in range(args.rounds):
             alone_rounds.append(await measure(writes, client, pid, args.seconds))
@@ -622,7 +604,7 @@ if __name__ == "__main__":
         "--connections", "--writers", type=int, default=32, help="keep-alive write connections"
     )
     parser.add_argument("--watches", type=int, default=1000)
-    arguments = parser.parse_args()
+    arguments = parse_args(parser, {"seconds": 1.0, "rounds": 1, "connections": 4, "watches": 20})
     if arguments.rounds < 1:
         parser.error("--rounds must be at least 1")
     asyncio.run(main(arguments))

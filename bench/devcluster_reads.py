@@ -11,7 +11,7 @@ on CPU 1, and the cluster's CPU time (/proc) is divided by the requests made. Ev
 answer is checked: 200 and exactly the one object asked for. Prints figures; asserts
 nothing beyond that. Usage:
 
-    .venv/bin/python bench/devcluster_reads.py [--objects 10000] [--requests 300]
+    .venv/bin/python bench/devcluster_reads.py [--objects 10000] [--requests 300] [--smoke]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import devcluster_bench as bench
+from _harness import parse_args
 
 TJ = bench.TJ
 NS = bench.NS
@@ -122,7 +123,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--objects", type=int, default=10_000, help="TrainJobs in the namespace")
     parser.add_argument("--requests", type=int, default=300, help="reads of each kind")
-    args = parser.parse_args()
+    args = parse_args(parser, {"objects": 200, "requests": 20})
     if args.objects < 1 or args.requests < 1:
         parser.error("--objects and --requests must be at least 1")
     asyncio.run(run(args))

@@ -17,6 +17,7 @@ their spread; asserts nothing beyond that sanity. ``--profile`` runs one repetit
 cProfile instead and prints the top 30 functions by cumulative and by own time. Usage:
 
     .venv/bin/python bench/devcluster_writes.py [--writes 20000] [--repeats 5] [--profile]
+        [--smoke]
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import time
 
 from multidict import MultiDict, MultiDictProxy
 
+from _harness import parse_args
 from trainjob_devcluster.resources import default_resources
 from trainjob_devcluster.rest import Call, ResourceApi
 from trainjob_devcluster.routing import Registry, route
@@ -156,4 +158,4 @@ if __name__ == "__main__":
     parser.add_argument("--writes", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="cProfile one repetition")
-    main(parser.parse_args())
+    main(parse_args(parser, {"writes": 500, "repeats": 2}))

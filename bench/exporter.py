@@ -11,7 +11,7 @@ The exporter reads the TrainJob cache only through ``list()`` and its listeners,
 stand-in cache holding decoded TrainJob objects feeds it here: the watch itself has its
 own benchmark (devcluster_bench.py).
 
-    .venv/bin/python bench/exporter.py [--trainjobs 10000] [--metrics 10]
+    .venv/bin/python bench/exporter.py [--trainjobs 10000] [--metrics 10] [--smoke]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from _harness import parse_args
 from trainjob_status_server.kube.resources import TRAINJOBS
 from trainjob_status_server.kube.store import CacheEvent
 from trainjob_status_server.metrics.exporter import Exporter
@@ -37,14 +38,19 @@ class StandInCache:
     resource = TRAINJOBS
 
     def __init__(self, objects: list[dict[str, Any]]) -> None:
-        self.objects = objects
+        self.objects = {
+            (obj["metadata"]["namespace"], obj["metadata"]["name"]): obj for obj in objects
+        }
         self.listeners: list[Callable[[CacheEvent], None]] = []
 
     def __len__(self) -> int:
         return len(self.objects)
 
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get((namespace, name))
+
     def list(self) -> list[dict[str, Any]]:
-        return list(self.objects)
+        return list(self.objects.values())
 
     def add_listener(self, listener: Callable[[CacheEvent], None]) -> None:
         self.listeners.append(listener)
@@ -91,7 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trainjobs", type=int, default=10_000)
     parser.add_argument("--metrics", type=int, default=10)
-    args = parser.parse_args()
+    args = parse_args(parser, {"trainjobs": 100, "metrics": 3})
     cache = StandInCache(trainjobs(args.trainjobs, args.metrics))
     print(f"{args.trainjobs} TrainJobs x {args.metrics} metrics")
     for run in (1, 2):

@@ -26,7 +26,6 @@ installed is skipped with a line saying so; the ``client`` rows need none. No ne
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import importlib.util
 import json
@@ -64,25 +63,17 @@ def lightning_installed() -> bool:
 
 
 class Stack:
-    """A devcluster and our server on an event loop in a thread, plus the slow and hung
+    """Our server on a devcluster (on an event loop in a thread), plus the slow and hung
     endpoints; certificates for localhost from one CA."""
 
     def __init__(self, workdir: Path) -> None:
-        from trainjob_devcluster.pki import CertificateAuthority
+        from trainjob_devcluster.testing import ServingCerts
 
         self.workdir = workdir
-        self.ca = CertificateAuthority()
-        cert, key = self.ca.issue_server_cert(["localhost"], ["127.0.0.1"])
-        (workdir / "tls.crt").write_bytes(cert)
-        (workdir / "tls.key").write_bytes(key)
-        (workdir / "ca.crt").write_bytes(self.ca.cert_pem)
+        self.certs = ServingCerts.create(workdir)
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.load_cert_chain(workdir / "tls.crt", workdir / "tls.key")
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._stop: asyncio.Event | None = None
-        self._main: Any = None
+        self.context.load_cert_chain(self.certs.cert_file, self.certs.key_file)
+        self.stack: Any = None
         self.cluster: Any = None
         self.server_url = ""
         self._jobs = 0
@@ -91,60 +82,40 @@ class Stack:
         self._held: list[socket.socket] = []
 
     def start(self) -> None:
-        self._thread.start()
-        self._main = asyncio.run_coroutine_threadsafe(self._serve(), self._loop)
-        if not self._ready.wait(120):
-            raise SystemExit("the devcluster and our server did not start")
-        self._start_slow()
-        self._start_hung()
-
-    async def _serve(self) -> None:
-        from trainjob_devcluster import DevCluster
-        from trainjob_devcluster.acceptall import AcceptAll
-        from trainjob_status_server.app import StatusServer
+        from trainjob_devcluster.testing import BackgroundStack
         from trainjob_status_server.config import Config
 
-        self._stop = asyncio.Event()
-        async with DevCluster() as cluster:
-            self.cluster = cluster
-            config = Config(
-                host="127.0.0.1",
-                port=0,
-                metrics_port=0,
-                probe_port=0,
-                tls_cert_file=self.workdir / "tls.crt",
-                tls_key_file=self.workdir / "tls.key",
-                kubeconfig=cluster.kubeconfig_path,
-                write_mode="direct",  # a post answered is a post written
-            )
-            async with StatusServer(config, AcceptAll()) as server:
-                await server.trainjobs.synced.wait()
-                self.server_url = server.url.replace("127.0.0.1", "localhost")
-                self._ready.set()
-                await self._stop.wait()
-
-    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """``fn`` run on the cluster's loop (its store is not shared between threads)."""
-
-        async def call() -> Any:
-            return fn(*args, **kwargs)
-
-        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(30)
+        self.stack = BackgroundStack(
+            self.certs,
+            timeout=120,
+            write_mode="direct",  # a post answered is a post written
+            # As deployed: the API budget, its timeout, the certificate reload interval.
+            kube_api_qps=Config.kube_api_qps,
+            kube_api_burst=Config.kube_api_burst,
+            kube_api_timeout=Config.kube_api_timeout,
+            tls_reload_interval=Config.tls_reload_interval,
+        )
+        self.cluster = self.stack.cluster
+        self.server_url = self.stack.server.url.replace("127.0.0.1", "localhost")
+        self._start_slow()
+        self._start_hung()
 
     def new_trainjob(self) -> tuple[str, str]:
         """A fresh TrainJob with one pod; its status URL and that pod's token."""
         self._jobs += 1
         name = f"job-{self._jobs}"
         pod = f"{name}-node-0-0"
-        self._call(self.cluster.create_trainjob, NS, name)
+        self.stack.call(self.cluster.create_trainjob, NS, name)
         labels = {JOBSET_NAME_LABEL: name}
-        self._call(self.cluster.create_pod, NS, pod, labels=labels)
-        token = self._call(self.cluster.request_token, NS, "default", [audience(NS, name)], pod=pod)
+        self.stack.call(self.cluster.create_pod, NS, pod, labels=labels)
+        token = self.stack.call(
+            self.cluster.request_token, NS, "default", [audience(NS, name)], pod=pod
+        )
         return self.server_url + status_path(NS, name), token
 
     def stored_progress(self, url: str) -> object:
         name = url.rsplit("/", 2)[-2]
-        obj = self._call(self.cluster.get, "trainjobs", NS, name, GROUP)
+        obj = self.stack.call(self.cluster.get, "trainjobs", NS, name, GROUP)
         return ((obj or {}).get("status") or {}).get("trainerStatus", {}).get("progressPercentage")
 
     def _start_slow(self) -> None:
@@ -197,13 +168,8 @@ class Stack:
             self._hung.close()
         for connection in self._held:
             connection.close()
-        if self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._main is not None:
-            with contextlib.suppress(Exception):
-                self._main.result(30)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        if self.stack is not None:
+            self.stack.close()
 
 
 # -- the scenarios (child processes) ---------------------------------------------------------

@@ -7,7 +7,7 @@ keep-alive) and the devcluster on CPU 1. The server uses the accept-all authenti
 devcluster with server-side apply, one write per post as the peer does; the coalescing
 writer changes that. Prints figures; asserts nothing. Needs ``wrk`` (apt-get install wrk).
 
-    .venv/bin/python bench/ingest_accept.py [--seconds 10] [--connections 32]
+    .venv/bin/python bench/ingest_accept.py [--seconds 10] [--connections 32] [--smoke]
 """
 
 from __future__ import annotations
@@ -15,10 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,36 +24,32 @@ from pathlib import Path
 
 from aiohttp import web
 
+from _harness import (
+    LOAD_CPU,
+    SERVER_CPU,
+    cpu_seconds,
+    free_port,
+    parse_args,
+    post_script,
+    processes,
+    run_wrk,
+    typical_status,
+    wait_file,
+    wait_port,
+)
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_devcluster.pki import CertificateAuthority
+from trainjob_devcluster.testing import ServingCerts
 from trainjob_status.contract import status_path
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 
 NS = "bench"
 PATH = status_path(NS, "job")
-BODY = json.dumps(
-    {
-        "trainerStatus": {
-            "progressPercentage": 42,
-            "estimatedRemainingSeconds": 3600,
-            "metrics": [{"name": f"metric_{i}", "value": f"{i * 0.125:.4f}"} for i in range(8)],
-            "lastUpdatedTime": "2026-12-02T18:33:25Z",
-        }
-    }
-)
-LUA = """
-wrk.method = "POST"
-wrk.body = [[%s]]
-wrk.headers["Authorization"] = "Bearer bench"
-wrk.headers["Content-Type"] = "application/json"
-"""
+BODY = json.dumps({"trainerStatus": typical_status()})
 
 
-def pin(cpu: int) -> None:
-    if (os.cpu_count() or 1) > cpu:
-        os.sched_setaffinity(0, {cpu})
+SELF = (sys.executable, __file__)  # this script runs the processes under test too
 
 
 # -- the processes under test -------------------------------------------------------------
@@ -109,63 +102,20 @@ async def cluster_process(kubeconfig: Path) -> None:
 # -- the driver ---------------------------------------------------------------------------
 
 
-def spawn(cpu: int, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        ["taskset", "-c", str(cpu), sys.executable, __file__, *args],
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def wait_port(port: int, timeout: float = 20) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise SystemExit(f"nothing listens on {port}")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def run_wrk(url: str, script: Path, seconds: float, connections: int) -> dict[str, float]:
-    out = subprocess.run(
-        [
-            "taskset", "-c", "1", "wrk", "--latency", "-t", "1", "-c", str(connections),
-            "-d", f"{seconds:.0f}s", "-s", str(script), url,
-        ],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    figures = {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))}  # type: ignore[union-attr]
-    for label, key in (("50%", "p50"), ("99%", "p99")):
-        value, unit = re.search(rf"{re.escape(label)}\s+([\d.]+)(us|ms|s)", out).groups()  # type: ignore[union-attr]
-        figures[key] = float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
-    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    figures["non2xx"] = float(non2xx.group(1)) if non2xx else 0.0
-    return figures
-
-
 def measure(
     name: str, pid: int, url: str, script: Path, args: argparse.Namespace
 ) -> dict[str, float]:
-    run_wrk(url, script, 2, args.connections)  # warm-up
+    if args.warm_seconds:
+        run_wrk(url, script, args.warm_seconds, args.connections)
     before = cpu_seconds(pid)
-    figures = run_wrk(url, script, args.seconds, args.connections)
-    figures["cpu"] = (cpu_seconds(pid) - before) / args.seconds
+    result = run_wrk(url, script, args.seconds, args.connections)
+    figures = {
+        "rps": result.completed / result.seconds,
+        "p50": result.p50_ms,
+        "p99": result.p99_ms,
+        "non2xx": float(result.non2xx),
+        "cpu": (cpu_seconds(pid) - before) / args.seconds,
+    }
     print(
         f"{name:<34} {figures['rps']:>8.0f} posts/s  p50 {figures['p50']:6.2f} ms  "
         f"p99 {figures['p99']:6.2f} ms  server CPU {figures['cpu']:.2f}  "
@@ -177,47 +127,41 @@ def measure(
 def main(args: argparse.Namespace) -> None:
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install wrk")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, processes() as procs:
         work = Path(tmp)
-        ca = CertificateAuthority()
-        cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
-        (work / "tls.crt").write_bytes(cert)
-        (work / "tls.key").write_bytes(key)
+        ServingCerts.create(work)
         script = work / "post.lua"
-        script.write_text(LUA % BODY)
+        script.write_text(post_script(BODY))
         kubeconfig = work / "kubeconfig"
-        procs = [spawn(1, "--cluster", str(kubeconfig))]
-        try:
-            deadline = time.monotonic() + 20
-            while not kubeconfig.exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            ceiling_port, ingest_port = free_port(), free_port()
-            tls = (str(work / "tls.crt"), str(work / "tls.key"))
-            ceiling = spawn(0, "--ceiling", str(ceiling_port), *tls)
-            procs.append(ceiling)
-            wait_port(ceiling_port)
-            bare = measure(
-                "bare aiohttp handler (ceiling)", ceiling.pid,
-                f"https://127.0.0.1:{ceiling_port}{PATH}", script, args,
-            )  # fmt: skip
-            ceiling.send_signal(signal.SIGTERM)
-            ingest = spawn(0, "--ingest", str(ingest_port), *tls, str(kubeconfig))
-            procs.append(ingest)
-            wait_port(ingest_port)
-            time.sleep(1)
-            ours = measure(
-                "ingest server, one write per post", ingest.pid,
-                f"https://127.0.0.1:{ingest_port}{PATH}", script, args,
-            )  # fmt: skip
-            print(f"ratio to the ceiling: {ours['rps'] / bare['rps']:.3f}")
-            print(
-                f"wrk -t1 -c{args.connections} on CPU 1 with the devcluster; "
-                f"server under test alone on CPU 0; {args.seconds:.0f} s per figure"
-            )
-        finally:
-            for proc in procs:
-                proc.kill()
-                proc.wait(5)
+        procs.start([*SELF, "--cluster", str(kubeconfig)], cpu=LOAD_CPU, stderr=subprocess.DEVNULL)
+        wait_file(kubeconfig, 20)
+        ceiling_port, ingest_port = free_port(), free_port()
+        tls = (str(work / "tls.crt"), str(work / "tls.key"))
+        ceiling = procs.start(
+            [*SELF, "--ceiling", str(ceiling_port), *tls], cpu=SERVER_CPU, stderr=subprocess.DEVNULL
+        )
+        wait_port(ceiling_port)
+        bare = measure(
+            "bare aiohttp handler (ceiling)", ceiling.pid,
+            f"https://127.0.0.1:{ceiling_port}{PATH}", script, args,
+        )  # fmt: skip
+        procs.stop(ceiling)
+        ingest = procs.start(
+            [*SELF, "--ingest", str(ingest_port), *tls, str(kubeconfig)],
+            cpu=SERVER_CPU,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_port(ingest_port)
+        time.sleep(1)
+        ours = measure(
+            "ingest server, one write per post", ingest.pid,
+            f"https://127.0.0.1:{ingest_port}{PATH}", script, args,
+        )  # fmt: skip
+        print(f"ratio to the ceiling: {ours['rps'] / bare['rps']:.3f}")
+        print(
+            f"wrk -t1 -c{args.connections} on CPU {LOAD_CPU} with the devcluster; "
+            f"server under test alone on CPU {SERVER_CPU}; {args.seconds:.0f} s per figure"
+        )
 
 
 if __name__ == "__main__":
@@ -233,4 +177,5 @@ if __name__ == "__main__":
         parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
         parser.add_argument("--seconds", type=float, default=10.0)
         parser.add_argument("--connections", type=int, default=32)
-        main(parser.parse_args())
+        parser.add_argument("--warm-seconds", type=float, default=2.0, help="0: no warm-up")
+        main(parse_args(parser, {"seconds": 1.0, "connections": 4, "warm_seconds": 0.0}))

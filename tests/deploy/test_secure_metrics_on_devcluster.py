@@ -6,21 +6,16 @@ same server without the component's RBAC cannot ask (503)."""
 from __future__ import annotations
 
 import json
-import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from cryptography.hazmat.primitives.serialization import Encoding
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_devcluster.kubeconfig import write_kubeconfig
-from trainjob_devcluster.pki import CertificateAuthority
-from trainjob_status_server.app import StatusServer
-from trainjob_status_server.config import Config
+from trainjob_devcluster.testing import ServingCerts, running_server, server_config
 
 from .rendering import render
 from .test_rbac_on_devcluster import PLURALS
@@ -65,25 +60,10 @@ async def scrape(
     kubeconfig = write_kubeconfig(
         tmp_path / "server.kubeconfig", cluster.url, cluster.ca.cert_pem, server_token
     )
-    ca = CertificateAuthority()
-    cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
-    (tmp_path / "tls.crt").write_bytes(cert)
-    (tmp_path / "tls.key").write_bytes(key)
-    config = Config(
-        host="127.0.0.1",
-        port=0,
-        metrics_port=0,
-        probe_port=0,
-        tls_cert_file=tmp_path / "tls.crt",
-        tls_key_file=tmp_path / "tls.key",
-        kubeconfig=kubeconfig,
-        kube_api_timeout=2.0,
-        metrics_secure=True,
-    )
-    trust = ssl.create_default_context(cadata=ca.certificate.public_bytes(Encoding.PEM).decode())
-    async with StatusServer(config, AcceptAll()) as running:
-        await running.trainjobs.synced.wait()
-        connector = aiohttp.TCPConnector(ssl=trust)
+    certs = ServingCerts.create(tmp_path)
+    config = server_config(kubeconfig, certs, metrics_secure=True)
+    async with running_server(config) as running:
+        connector = aiohttp.TCPConnector(ssl=certs.client_context())
         async with aiohttp.ClientSession(connector=connector) as session:
             for token in tokens:
                 headers = {"Authorization": f"Bearer {token}"}

@@ -6,11 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import shutil
-import socket
-import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +14,10 @@ import aiohttp
 import pytest
 import pytest_asyncio
 import yaml
-from aiohttp import web
-from cryptography.hazmat.primitives.serialization import Encoding
 
-from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_devcluster.pki import CertificateAuthority
-from trainjob_status.contract import status_path
+from trainjob_devcluster.pytest_plugin import MakeStatusServer, require_binary
+from trainjob_devcluster.testing import ServingCerts, eventually, free_port, status_path
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.config import Config
 from trainjob_status_server.metrics.exporter import Exporter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,40 +27,9 @@ DASHBOARD = MANIFESTS / "dashboards" / "trainjob-status.json"
 JOB = "trainjob-status"  # the scrape job's name, as the ServiceMonitor makes it
 
 
-def require_binary(name: str) -> str:
-    """The binary's path; skips the test when it is missing, unless CI
-    (TRAINJOB_STATUS_CI=1) runs it: there a missing binary fails the test."""
-    path = shutil.which(name)
-    if path is not None:
-        return path
-    if os.environ.get("TRAINJOB_STATUS_CI") == "1":
-        pytest.fail(f"{name} is not installed (CI installs it: apt-get install -y prometheus)")
-    pytest.skip(f"{name} is not installed (apt-get install -y prometheus)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-async def eventually(check: Callable[[], Any], what: str = "", within: float = 20.0) -> Any:
-    """Await ``check()`` (a coroutine function) until it returns something truthy."""
-    try:
-        async with asyncio.timeout(within):
-            while True:
-                result = await check()
-                if result:
-                    return result
-                await asyncio.sleep(0.1)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what or check}") from None
-
-
 class Stack:
-    """A status server (accept-all auth, HTTPS) and the exporter over its TrainJob cache on
-    a plain-HTTP port of its own: the target Prometheus scrapes."""
+    """A status server (accept-all auth, HTTPS) and its exporter on the server's metrics
+    port: the target Prometheus scrapes."""
 
     def __init__(self, server: StatusServer, exporter: Exporter, metrics_url: str) -> None:
         self.server = server
@@ -91,52 +51,17 @@ class Stack:
 
 
 @pytest_asyncio.fixture
-async def stack(devcluster: DevCluster, tmp_path: Path) -> AsyncIterator[Stack]:
-    ca = CertificateAuthority()
-    cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
-    (tmp_path / "tls.crt").write_bytes(cert)
-    (tmp_path / "tls.key").write_bytes(key)
-    config = Config(
-        host="127.0.0.1",
-        port=0,
-        metrics_port=0,
-        probe_port=0,
-        tls_cert_file=tmp_path / "tls.crt",
-        tls_key_file=tmp_path / "tls.key",
-        kubeconfig=devcluster.kubeconfig_path,
-        kube_api_qps=1000.0,
-        kube_api_burst=1000,
-        min_write_interval=0.0,
-    )
-    async with StatusServer(config, AcceptAll()) as server:
-        await server.trainjobs.synced.wait()
-        pem = ca.certificate.public_bytes(Encoding.PEM).decode()
-        connector = aiohttp.TCPConnector(ssl=ssl.create_default_context(cadata=pem))
+async def stack(
+    serving_certs: ServingCerts, make_status_server: MakeStatusServer
+) -> AsyncIterator[Stack]:
+    """The server with its exporter on its own metrics port: the target Prometheus
+    scrapes."""
+    async with make_status_server() as server:
+        connector = aiohttp.TCPConnector(ssl=serving_certs.client_context())
         async with aiohttp.ClientSession(connector=connector) as session:
-            wired = getattr(server, "exporter", None)
-            if isinstance(wired, Exporter):
-                # The server serves the exporter on its metrics port: scrape that.
-                stack = Stack(server, wired, server.metrics_url + "/metrics")
-                stack.session = session
-                yield stack
-                return
-            # Until app.py wires it: the exporter over the server's cache, on a port of
-            # its own.
-            exporter = Exporter(server.trainjobs)
-            exporter.start()
-            app = web.Application()
-            app.router.add_get("/metrics", exporter.handle)
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-            port = runner.addresses[0][1]
-            stack = Stack(server, exporter, f"http://127.0.0.1:{port}/metrics")
+            stack = Stack(server, server.exporter, server.metrics_url + "/metrics")
             stack.session = session
-            try:
-                yield stack
-            finally:
-                await runner.cleanup()
-                exporter.stop()
+            yield stack
 
 
 class Prometheus:
@@ -239,7 +164,7 @@ def prometheus_binary() -> str:
 
 @pytest.fixture
 def promtool_binary() -> str:
-    return require_binary("promtool")
+    return require_binary("promtool", "prometheus")
 
 
 @pytest_asyncio.fixture

@@ -10,12 +10,11 @@ from typing import Any
 
 import aiohttp
 import pytest_asyncio
-from aiohttp import web
 
 from trainjob_devcluster import DevCluster
-from trainjob_status_server.metrics.exporter import Exporter
+from trainjob_devcluster.testing import eventually, exporter_on_a_port
 
-from .conftest import Prometheus, Stack, eventually
+from .conftest import Prometheus, Stack
 from .test_promtool import promtool
 
 NS = "team-a"
@@ -40,18 +39,8 @@ CAP = CORE + KEPT
 @pytest_asyncio.fixture
 async def capped(stack: Stack) -> AsyncIterator[str]:
     """host:port of an exporter over the stack's TrainJob cache, capped at ``CAP``."""
-    exporter = Exporter(stack.server.trainjobs, max_series=CAP)
-    exporter.start()
-    app = web.Application()
-    app.router.add_get("/metrics", exporter.handle)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        yield f"127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
-        exporter.stop()
+    async with exporter_on_a_port(stack.server.trainjobs, CAP) as target:
+        yield target
 
 
 async def post_hostile(stack: Stack, devcluster: DevCluster) -> None:

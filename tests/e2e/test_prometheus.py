@@ -12,9 +12,10 @@ import re
 from typing import Any
 
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.testing import eventually
 from trainjob_status.contract import GROUP
 
-from .conftest import DASHBOARD, JOB, Prometheus, Stack, eventually, load_rules
+from .conftest import DASHBOARD, JOB, Prometheus, Stack, load_rules
 
 NS = "team-a"
 AWKWARD = 'he said "hi"\\ \nλ'

@@ -10,8 +10,9 @@ from pathlib import Path
 import aiohttp
 
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.testing import eventually
 
-from .conftest import RULES, Stack, eventually
+from .conftest import RULES, Stack
 
 ALERT_TESTS = Path(__file__).with_name("alerts_test.yaml")
 

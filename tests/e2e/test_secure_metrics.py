@@ -5,7 +5,6 @@ stores the TrainJob's progress; the job whose account is not is down with 403.""
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,15 +12,12 @@ from typing import Any
 import aiohttp
 import pytest_asyncio
 import yaml
-from cryptography.hazmat.primitives.serialization import Encoding
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_devcluster.pki import CertificateAuthority
-from trainjob_status_server.app import StatusServer
-from trainjob_status_server.config import Config
+from trainjob_devcluster.pytest_plugin import MakeStatusServer
+from trainjob_devcluster.testing import ServingCerts, eventually
 
-from .conftest import JOB, Prometheus, Stack, eventually
+from .conftest import JOB, Prometheus, Stack
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRAPER_ROLE = ROOT / "manifests" / "components" / "secure-metrics" / "rbac.yaml"
@@ -46,28 +42,11 @@ def account_token(cluster: DevCluster, name: str) -> str:
 
 
 @pytest_asyncio.fixture
-async def secure_stack(devcluster: DevCluster, tmp_path: Path) -> AsyncIterator[Stack]:
-    ca = CertificateAuthority()
-    cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
-    (tmp_path / "tls.crt").write_bytes(cert)
-    (tmp_path / "tls.key").write_bytes(key)
-    (tmp_path / "ca.crt").write_bytes(ca.certificate.public_bytes(Encoding.PEM))
-    config = Config(
-        host="127.0.0.1",
-        port=0,
-        metrics_port=0,
-        probe_port=0,
-        tls_cert_file=tmp_path / "tls.crt",
-        tls_key_file=tmp_path / "tls.key",
-        kubeconfig=devcluster.kubeconfig_path,
-        kube_api_qps=1000.0,
-        kube_api_burst=1000,
-        min_write_interval=0.0,
-        metrics_secure=True,
-    )
-    async with StatusServer(config, AcceptAll()) as server:
-        await server.trainjobs.synced.wait()
-        trust = ssl.create_default_context(cafile=tmp_path / "ca.crt")
+async def secure_stack(
+    serving_certs: ServingCerts, make_status_server: MakeStatusServer
+) -> AsyncIterator[Stack]:
+    async with make_status_server(metrics_secure=True) as server:
+        trust = serving_certs.client_context()
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trust)) as session:
             stack = Stack(server, server.exporter, server.metrics_url + "/metrics")
             stack.session = session
@@ -86,7 +65,11 @@ def job(name: str, target: str, token_file: Path, ca_file: Path) -> dict[str, An
 
 
 async def test_prometheus_scrapes_with_a_token_that_may_and_not_with_one_that_may_not(
-    secure_stack: Stack, prometheus: Prometheus, devcluster: DevCluster, tmp_path: Path
+    secure_stack: Stack,
+    serving_certs: ServingCerts,
+    prometheus: Prometheus,
+    devcluster: DevCluster,
+    tmp_path: Path,
 ) -> None:
     devcluster.create("clusterroles", scraper_role(), group=RBAC)
     devcluster.create(
@@ -106,7 +89,7 @@ async def test_prometheus_scrapes_with_a_token_that_may_and_not_with_one_that_ma
     (tmp_path / "refused.token").write_text(account_token(devcluster, "stranger"))
     devcluster.create_trainjob(NS, "tj")
     target = secure_stack.metrics_url.removeprefix("https://").removesuffix("/metrics")
-    ca_file = tmp_path / "ca.crt"
+    ca_file = serving_certs.ca_file
     await prometheus.start(
         target,
         scrape_configs=[

@@ -2,80 +2,42 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import ssl
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
-from cryptography.hazmat.primitives.serialization import Encoding
 
-from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_devcluster.pki import CertificateAuthority
-from trainjob_status import contract
-from trainjob_status.contract import status_path
+from trainjob_devcluster.pytest_plugin import MakeStatusServer
+from trainjob_devcluster.testing import ServingCerts, settled, status_path
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 
+__all__ = ["GROUP", "NS", "Poster", "ServingCerts", "settled", "status_path", "with_changes"]
+
 NS = "team-a"
-GROUP = contract.GROUP
-
-
-@dataclass
-class ServingCerts:
-    ca: CertificateAuthority
-    cert_file: Path
-    key_file: Path
-
-    def rotate(self) -> bytes:
-        """Write a fresh pair in place; returns the new certificate PEM."""
-        cert, key = self.ca.issue_server_cert(["localhost"], ["127.0.0.1"])
-        self.key_file.write_bytes(key)
-        self.cert_file.write_bytes(cert)
-        return cert
-
-    def client_context(self) -> ssl.SSLContext:
-        pem = self.ca.certificate.public_bytes(Encoding.PEM).decode()
-        return ssl.create_default_context(cadata=pem)
+GROUP = "trainer.kubeflow.org"
 
 
 @pytest.fixture
-def certs(tmp_path: Path) -> ServingCerts:
-    serving = ServingCerts(CertificateAuthority(), tmp_path / "tls.crt", tmp_path / "tls.key")
-    serving.rotate()
-    return serving
+def certs(serving_certs: ServingCerts) -> ServingCerts:
+    return serving_certs
 
 
 @pytest.fixture
-def config(devcluster: DevCluster, certs: ServingCerts) -> Config:
-    return Config(
-        host="127.0.0.1",
-        port=0,
-        metrics_port=0,
-        probe_port=0,
-        tls_cert_file=certs.cert_file,
-        tls_key_file=certs.key_file,
-        tls_reload_interval=0.05,
-        kubeconfig=devcluster.kubeconfig_path,
-        kube_api_timeout=2.0,
-        kube_api_qps=1000.0,
-        kube_api_burst=1000,
-        shutdown_timeout=5.0,
-        # Tests write back to back; the coalescing tests set their own interval.
-        min_write_interval=0.0,
-    )
+def config(status_config: Config) -> Config:
+    """The config ``server`` starts with; a module overrides it to change flags."""
+    return status_config
 
 
 @pytest_asyncio.fixture
-async def server(config: Config) -> AsyncIterator[StatusServer]:
-    async with StatusServer(config, AcceptAll()) as running:
-        await running.trainjobs.synced.wait()
+async def server(
+    config: Config, make_status_server: MakeStatusServer
+) -> AsyncIterator[StatusServer]:
+    async with make_status_server(config) as running:
         yield running
 
 
@@ -130,25 +92,11 @@ def with_changes(config: Config, **changes: Any) -> Config:
 
 
 @pytest_asyncio.fixture
-async def direct_poster(config: Config, certs: ServingCerts) -> AsyncIterator[Poster]:
+async def direct_poster(
+    config: Config, certs: ServingCerts, make_status_server: MakeStatusServer
+) -> AsyncIterator[Poster]:
     """A server in ``--write-mode direct``: one write per post, answered with its outcome."""
-    async with StatusServer(with_changes(config, write_mode="direct"), AcceptAll()) as running:
-        await running.trainjobs.synced.wait()
+    async with make_status_server(config, write_mode="direct") as running:
         connector = aiohttp.TCPConnector(ssl=certs.client_context())
         async with aiohttp.ClientSession(connector=connector) as session:
             yield Poster(running, session)
-
-
-async def settled(server: StatusServer, within: float = 10.0) -> None:
-    """Until every cache the server started has loaded its first list (or, for an
-    optional resource the cluster does not serve, given up on it): from then on the
-    server lists nothing more, and a test may count the requests something else costs."""
-
-    def done() -> bool:
-        steps = server.jobset_steps
-        jobsets = steps is None or steps.jobsets.synced.is_set() or steps.jobsets.unavailable
-        return server.trainjobs.synced.is_set() and jobsets
-
-    async with asyncio.timeout(within):
-        while not done():
-            await asyncio.sleep(0.01)

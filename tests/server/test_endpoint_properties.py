@@ -3,12 +3,10 @@ write exactly when the CRD (the devcluster's schema and CEL rules) accepts the s
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import datetime as dt
 import http.client
 import json
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,28 +14,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_devcluster.schema import StructuralSchema
-from trainjob_status_server.app import StatusServer
-from trainjob_status_server.config import Config
+from trainjob_devcluster.testing import BackgroundStack, ServingCerts, status_path
 
-from .conftest import GROUP, NS, ServingCerts, status_path
+from .conftest import GROUP, NS
 
 PAST = ["2026-12-02T18:33:25Z", "2026-12-02T18:33:25.123456+00:00", "2020-01-01T00:00:00Z"]
 
 
-class Harness:
-    """The devcluster and the server on a loop of their own, so a synchronous
-    hypothesis test can talk to them over real sockets."""
+class Harness(BackgroundStack):
+    """The devcluster (holding TrainJob team-a/tj) and the server on a loop of their own,
+    with a keep-alive HTTPS connection to the server and the CRD's schema."""
 
     def __init__(self, certs: ServingCerts) -> None:
-        self.certs = certs
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.cluster: DevCluster = self.run(self._start_cluster())
-        self.server: StatusServer = self.run(self._start_server())
+        super().__init__(
+            certs, timeout=30, kube_api_timeout=5.0, kube_api_qps=10_000.0, kube_api_burst=10_000
+        )
+        self.call(self.cluster.create_trainjob, NS, "tj")
         host, port = self.server.url.removeprefix("https://").rsplit(":", 1)
         self.connection = http.client.HTTPSConnection(
             host, int(port), context=certs.client_context(), timeout=10
@@ -45,31 +38,6 @@ class Harness:
         resource = self.cluster.resource("trainjobs", GROUP)
         assert resource.schema is not None
         self.schema = StructuralSchema(resource.schema)
-
-    def run(self, coroutine: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(30)
-
-    async def _start_cluster(self) -> DevCluster:
-        cluster = await DevCluster().start()
-        cluster.create_trainjob(NS, "tj")
-        return cluster
-
-    async def _start_server(self) -> StatusServer:
-        config = Config(
-            host="127.0.0.1",
-            port=0,
-            metrics_port=0,
-            probe_port=0,
-            tls_cert_file=self.certs.cert_file,
-            tls_key_file=self.certs.key_file,
-            kubeconfig=self.cluster.kubeconfig_path,
-            kube_api_timeout=5.0,
-            kube_api_qps=10_000.0,
-            kube_api_burst=10_000,
-        )
-        server = await StatusServer(config, AcceptAll()).start()
-        await server.trainjobs.synced.wait()
-        return server
 
     def post(self, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
         self.connection.request("POST", status_path(NS, "tj"), body=body, headers=headers)
@@ -96,20 +64,12 @@ class Harness:
 
     def close(self) -> None:
         self.connection.close()
-        self.run(self.server.stop())
-        self.run(self.cluster.stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
+        super().close()
 
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    from trainjob_devcluster.pki import CertificateAuthority
-
-    directory = tmp_path_factory.mktemp("tls")
-    certs = ServingCerts(CertificateAuthority(), directory / "tls.crt", directory / "tls.key")
-    certs.rotate()
-    running = Harness(certs)
+    running = Harness(ServingCerts.create(tmp_path_factory.mktemp("tls")))
     yield running
     running.close()
 

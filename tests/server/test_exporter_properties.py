@@ -8,14 +8,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from prometheus_client.openmetrics.parser import (
@@ -23,19 +21,19 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_status_server.app import StatusServer
-from trainjob_status_server.config import Config
-from trainjob_status_server.metrics.exporter import Exporter
+from trainjob_devcluster.testing import (
+    BackgroundStack,
+    ServingCerts,
+    exporter_on_a_port,
+    status_path,
+)
 from trainjob_status_server.metrics.series import LAST_UPDATE, METRIC, exportable, parse_number
 
-from .conftest import GROUP, NS, ServingCerts, status_path
+from .conftest import GROUP, NS
 
 OPENMETRICS_ACCEPT = "application/openmetrics-text;version=1.0.0"
 REFUSED = "trainjob_status_metric_names_refused_total"
 T0 = 1796236405.0  # 2026-12-02T18:33:25Z
-T = TypeVar("T")
 
 # What a hostile or careless client may put in a name, beside any other character.
 HOSTILE = [
@@ -59,38 +57,19 @@ values = st.one_of(
 metric_lists = st.lists(st.tuples(names, values), min_size=1, max_size=8)
 
 
-class Harness:
-    """The devcluster, the status server and its exporter on a loop of their own, so a
-    synchronous hypothesis test can drive them over real sockets."""
+class Harness(BackgroundStack):
+    """The devcluster, the status server and its exporter on a loop of their own, with an
+    HTTPS session that trusts the server."""
 
     def __init__(self, certs: ServingCerts) -> None:
-        self.certs = certs
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
+        super().__init__(certs, kube_api_timeout=5.0, kube_api_qps=10_000.0, kube_api_burst=10_000)
         self.names = itertools.count()
-        self.run(self._start())
+        self.session = self.run(self._session())
 
-    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(60)
-
-    async def _start(self) -> None:
-        self.cluster = await DevCluster().start()
-        config = Config(
-            host="127.0.0.1",
-            port=0,
-            metrics_port=0,
-            tls_cert_file=self.certs.cert_file,
-            tls_key_file=self.certs.key_file,
-            kubeconfig=self.cluster.kubeconfig_path,
-            kube_api_qps=10_000.0,
-            kube_api_burst=10_000,
-            min_write_interval=0.0,
+    async def _session(self) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=self.certs.client_context())
         )
-        self.server = await StatusServer(config, AcceptAll()).start()
-        await self.server.trainjobs.synced.wait()
-        connector = aiohttp.TCPConnector(ssl=self.certs.client_context())
-        self.session = aiohttp.ClientSession(connector=connector)
 
     async def post(self, name: str, trainer_status: dict[str, Any]) -> int:
         async with self.session.post(
@@ -127,26 +106,13 @@ class Harness:
 
     async def capped_pages(self, cap: int) -> tuple[str, str]:
         """Both formats from an exporter over the same cache with ``cap`` series at most."""
-        exporter = Exporter(self.server.trainjobs, max_series=cap)
-        exporter.start()
-        app = web.Application()
-        app.router.add_get("/metrics", exporter.handle)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-            url = f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
+        async with exporter_on_a_port(self.server.trainjobs, cap) as target:
+            url = f"http://{target}/metrics"
             return await self.scrape(url), await self.scrape(url, OPENMETRICS_ACCEPT)
-        finally:
-            await runner.cleanup()
-            exporter.stop()
 
     def close(self) -> None:
         self.run(self.session.close())
-        self.run(self.server.stop())
-        self.run(self.cluster.stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
+        super().close()
 
 
 def iso(seconds: float) -> str:
@@ -155,12 +121,7 @@ def iso(seconds: float) -> str:
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    from trainjob_devcluster.pki import CertificateAuthority
-
-    directory = tmp_path_factory.mktemp("tls")
-    certs = ServingCerts(CertificateAuthority(), directory / "tls.crt", directory / "tls.key")
-    certs.rotate()
-    running = Harness(certs)
+    running = Harness(ServingCerts.create(tmp_path_factory.mktemp("tls")))
     yield running
     running.close()
 

@@ -1,0 +1,1 @@
+"""The parts of bench/ingest.py (see its docstring); not a benchmark itself."""

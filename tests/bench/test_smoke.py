@@ -1,0 +1,190 @@
+"""Every benchmark in bench/ runs to the end at its smoke size (``--smoke``: tiny inputs,
+windows of a second or so) and prints the figures it is documented to print. Nothing
+here looks at the figures' values: speed is the benchmarks' own business.
+
+The runs spend most of their time waiting (process start-up, fixed windows, settling),
+and at smoke size their figures mean nothing, so the selected ones run a few at a time
+from the start of the module; each test then checks its own run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from trainjob_devcluster.pytest_plugin import require_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+NUMBER = r"[\d,]+(?:\.\d+)?"
+AT_ONCE = 3
+
+
+@dataclass(frozen=True)
+class Bench:
+    script: str
+    figures: tuple[str, ...]  # regular expressions, each to match a line of the output
+    args: tuple[str, ...] = ()
+    binaries: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return self.script
+
+
+# Longest first, so that the short ones run beside it.
+BENCHES = [
+    Bench(
+        "ingest",
+        (
+            rf"^# ceiling \(bare aiohttp HTTPS handler: read, parse, echo\): {NUMBER} posts/s",
+            rf"^ours\s+1 TJ x 20 pods\s+saturate\s+{NUMBER}",
+            r"^baseline \(direct\)\s+10 TJ x 1 pods\s+paced",
+            rf"^memory \(ours, VmRSS\): 0 TrainJobs tracked {NUMBER} MiB",
+            rf"^  1 TJ x 20 pods\s+posts/s x{NUMBER}; writes/post x{NUMBER}",
+            rf"RSS per tracked TrainJob at 10: {NUMBER} KiB marginal",
+        ),
+        binaries=("wrk", "taskset"),
+    ),
+    Bench(
+        "admission_flood",
+        (
+            rf"^round 1: {NUMBER} reviews naming unknown TrainJobs: {NUMBER} API GETs, "
+            rf"admission answer median {NUMBER} ms",
+            rf"status write alone {NUMBER} ms \(200\), during the flood {NUMBER} ms \(200\)",
+        ),
+    ),
+    Bench(
+        "auth_verify",
+        (
+            rf"^server, verified-cached\s+{NUMBER} posts/s",
+            rf"^verified-uncached\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}",
+            rf"^authenticate\(\), cached\s+{NUMBER} us CPU per call",
+        ),
+        binaries=("wrk", "taskset"),
+    ),
+    Bench(
+        "client",
+        (
+            rf"^  update_trainjob_status, server answering\s+median\s+{NUMBER}",
+            rf"^  ratio blocking / ours: {NUMBER}x",
+        ),
+    ),
+    Bench(
+        "connection_memory",
+        (
+            rf"^round 1: idle {NUMBER} MiB, {NUMBER} stalled open {NUMBER} MiB "
+            rf"\({NUMBER} KiB per connection\), after close {NUMBER} MiB",
+        ),
+        binaries=("taskset",),
+    ),
+    Bench(
+        "devcluster_ab",
+        (
+            rf"^round 1, A: {NUMBER} writes/s, {NUMBER} us per write",
+            rf"^CPU per write, B/A by round: {NUMBER}; median {NUMBER}",
+        ),
+        # Two builds of the development cluster: this checkout twice.
+        args=(str(ROOT), str(ROOT)),
+        binaries=("wrk", "taskset"),
+    ),
+    Bench(
+        "devcluster_bench",
+        (
+            rf"^status writes, no watches, round 1: {NUMBER}/s",
+            rf"^against the goal of 2,000 writes/s: alone {NUMBER}",
+            rf"one 1,500-byte loopback TCP send costs {NUMBER} us",
+        ),
+        binaries=("wrk", "taskset"),
+    ),
+    Bench(
+        "devcluster_reads",
+        (
+            rf"^GET one TrainJob: {NUMBER} us of devcluster CPU per request",
+            rf"^LIST selecting one object by label \(index=N\): {NUMBER} us",
+        ),
+        binaries=("taskset",),
+    ),
+    Bench(
+        "devcluster_writes",
+        (rf"^status apply \+ answer JSON: median {NUMBER} us CPU per write",),
+    ),
+    Bench(
+        "exporter",
+        (
+            rf"^  render whole page, Prometheus text\s+{NUMBER} ms\s+{NUMBER} us/series",
+            rf"^  same series via prometheus_client's renderer\s+{NUMBER} ms",
+            rf"^  whole page, capped at {NUMBER}\s+{NUMBER} ms",
+        ),
+    ),
+    Bench(
+        "frameworks",
+        # The reporter-alone rows: no torch, transformers or Lightning needed.
+        (
+            rf"^client\s+ours\s+healthy\s+steps\s+{NUMBER}\s+steps/s\s+{NUMBER}.*stored progress 100",
+        ),
+        args=("--only", "client"),
+    ),
+    Bench(
+        "ingest_accept",
+        (
+            rf"^ingest server, one write per post\s+{NUMBER} posts/s",
+            rf"^ratio to the ceiling: {NUMBER}",
+        ),
+        binaries=("wrk", "taskset"),
+    ),
+]
+
+
+def test_every_bench_has_a_smoke_run() -> None:
+    assert sorted(b.script for b in BENCHES) == sorted(
+        p.stem for p in (ROOT / "bench").glob("*.py") if not p.stem.startswith("_")
+    )
+
+
+def run(bench: Bench) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINJOB_STATUS_")}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench" / f"{bench.script}.py"), *bench.args, "--smoke"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+@pytest.fixture(scope="module")
+def runs(
+    request: pytest.FixtureRequest,
+) -> Iterator[dict[str, Future[subprocess.CompletedProcess[str]]]]:
+    """The selected benches' smoke runs, started in BENCHES' order, AT_ONCE at a time."""
+    selected = {
+        item.callspec.params["bench"].script
+        for item in request.session.items
+        if isinstance(item, pytest.Function)
+        and hasattr(item, "callspec")
+        and isinstance(item.callspec.params.get("bench"), Bench)
+    }
+    with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
+        yield {b.script: pool.submit(run, b) for b in BENCHES if b.script in selected}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("bench", BENCHES, ids=str)
+def test_bench_runs_at_smoke_size(
+    bench: Bench, runs: dict[str, Future[subprocess.CompletedProcess[str]]]
+) -> None:
+    for binary in bench.binaries:
+        require_binary(binary, "util-linux" if binary == "taskset" else None)
+    done = runs[bench.script].result()
+    output = f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, output
+    for figure in bench.figures:
+        assert re.search(figure, done.stdout, re.MULTILINE), f"no line matches {figure!r}\n{output}"
