@@ -14,8 +14,8 @@ import pytest_asyncio
 from client.conftest import make_reporter as make_reporter
 from client.conftest import sink as sink
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_devcluster.pki import CertificateAuthority
+from trainjob_devcluster.pytest_plugin import MakeStatusServer
+from trainjob_devcluster.testing import ServingCerts
 from trainjob_status.contract import (
     CA_CERT_ENV,
     GROUP,
@@ -26,44 +26,22 @@ from trainjob_status.contract import (
     status_path,
 )
 from trainjob_status_server.app import StatusServer
-from trainjob_status_server.config import Config
+from trainjob_status_server.auth import AuthSettings, TokenAuthenticator
 
 NS = "team-a"
 JOB = "job1"
 
-# -- our server against the devcluster (as tests/server/conftest.py starts it) ------------
-
-
-@pytest.fixture
-def serving_ca(tmp_path: Path) -> CertificateAuthority:
-    ca = CertificateAuthority()
-    cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
-    (tmp_path / "tls.crt").write_bytes(cert)
-    (tmp_path / "tls.key").write_bytes(key)
-    return ca
+# -- our server against the devcluster ----------------------------------------------------
 
 
 @pytest_asyncio.fixture
 async def server(
-    devcluster: DevCluster, serving_ca: CertificateAuthority, tmp_path: Path
+    make_status_server: MakeStatusServer, devcluster: DevCluster
 ) -> AsyncIterator[StatusServer]:
-    config = Config(
-        host="127.0.0.1",
-        port=0,
-        metrics_port=0,
-        probe_port=0,
-        tls_cert_file=tmp_path / "tls.crt",
-        tls_key_file=tmp_path / "tls.key",
-        kubeconfig=devcluster.kubeconfig_path,
-        kube_api_timeout=2.0,
-        kube_api_qps=1000.0,
-        kube_api_burst=1000,
-        shutdown_timeout=5.0,
-        # Each post is answered once written, so a test reads the TrainJob after a flush.
-        write_mode="direct",
-    )
-    async with StatusServer(config, AcceptAll()) as running:
-        await running.trainjobs.synced.wait()
+    """Our server with its real token checks (the devcluster's issuer and keys); each post
+    is answered once written, so a test reads the TrainJob after a flush."""
+    authenticator = TokenAuthenticator(AuthSettings(issuer=devcluster.issuer, own_token_path=None))
+    async with make_status_server(authenticator=authenticator, write_mode="direct") as running:
         yield running
 
 
@@ -89,7 +67,7 @@ class Pod:
 def pod(
     server: StatusServer,
     devcluster: DevCluster,
-    serving_ca: CertificateAuthority,
+    serving_certs: ServingCerts,
     tmp_path: Path,
 ) -> Pod:
     """TrainJob team-a/job1, one of its pods, and that pod's projected token."""
@@ -99,7 +77,7 @@ def pod(
     secrets = tmp_path / "secrets"
     secrets.mkdir()
     (secrets / "token").write_text(token)
-    (secrets / "ca.crt").write_bytes(serving_ca.cert_pem)
+    (secrets / "ca.crt").write_bytes(serving_certs.ca.cert_pem)
     # The URL names the server as the injector does: a DNS name its certificate holds.
     url = server.url.replace("127.0.0.1", "localhost") + status_path(NS, JOB)
     return Pod(url, secrets / "token", secrets / "ca.crt", token)

@@ -1,6 +1,6 @@
 """The client as a training image gets it: its wheel alone (no dependency, no module but
 ``trainjob_status``), installed offline into a fresh PyPy 3.9 virtualenv, posts a status
-to our server with a pod's real token, and the TrainJob holds it.
+to our server, which checks the pod's real token, and the TrainJob holds it.
 
 pypy3 is a system package (Debian: ``pypy3 pypy3-venv``): the test skips where it is
 missing, but fails under CI (``TRAINJOB_STATUS_CI=1``), which installs it.
