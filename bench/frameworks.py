@@ -43,7 +43,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from trainjob_status.contract import GROUP, JOBSET_NAME_LABEL, audience, status_path
+from trainjob_status.contract import (
+    CA_CERT_ENV,
+    ENV_NAMES,
+    GROUP,
+    JOBSET_NAME_LABEL,
+    TOKEN_ENV,
+    URL_ENV,
+    audience,
+    status_path,
+)
 
 NS = "bench"
 SLOW_SECONDS = 2.0
@@ -400,7 +409,7 @@ def run(stack: Stack, scenario: Scenario, smoke: bool, workdir: Path) -> str:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith("KUBEFLOW_TRAINER_SERVER_") and k not in ("RANK", "WORLD_SIZE")
+        if k not in ENV_NAMES and k not in ("RANK", "WORLD_SIZE")
     }
     env.pop("DISABLE_KUBEFLOW_INTEGRATION", None)
     env["TOKENIZERS_PARALLELISM"] = "false"
@@ -409,11 +418,7 @@ def run(stack: Stack, scenario: Scenario, smoke: bool, workdir: Path) -> str:
         url, token = stack.url(scenario.endpoint)
         token_file = workdir / f"token-{time.monotonic_ns()}"
         token_file.write_text(token)
-        env.update(
-            KUBEFLOW_TRAINER_SERVER_URL=url,
-            KUBEFLOW_TRAINER_SERVER_TOKEN=str(token_file),
-            KUBEFLOW_TRAINER_SERVER_CA_CERT=str(workdir / "ca.crt"),
-        )
+        env.update({URL_ENV: url, TOKEN_ENV: str(token_file), CA_CERT_ENV: str(workdir / "ca.crt")})
     command = [
         sys.executable, __file__, "--child", scenario.framework, scenario.reporting,
         "--steps", str(scenario.steps), *(["--smoke"] if smoke else []),

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from trainjob_status.contract import STATUS_PATH
+
 from . import __version__, config, logs
 from .certificates import tls
 from .kube.errors import KubeConfigError
@@ -37,8 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the status ingest server",
         description=(
-            "Serve POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/NS/trainjobs/NAME/"
-            "status over HTTPS: validate the update as the TrainJob CRD does and write it "
+            f"Serve POST {STATUS_PATH.format(namespace='NS', name='NAME')} "
+            "over HTTPS: validate the update as the TrainJob CRD does and write it "
             "to status.trainerStatus with server-side apply. Metrics, /healthz and /readyz "
             "on the metrics port. Every flag falls back to the environment variable shown."
         ),

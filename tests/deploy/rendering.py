@@ -14,14 +14,14 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+
+from trainjob_devcluster.pytest_plugin import require_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
@@ -62,17 +62,8 @@ def combinations() -> list[tuple[str, ...]]:
     return found
 
 
-def require(binary: str) -> str:
-    found = shutil.which(binary)
-    if found is None:
-        if os.environ.get("TRAINJOB_STATUS_CI"):
-            pytest.fail(f"{binary} is required in CI and is not installed")
-        pytest.skip(f"{binary} is not installed")
-    return found
-
-
 def _kustomize(path: Path) -> tuple[Doc, ...]:
-    kubectl = require("kubectl")
+    kubectl = require_binary("kubectl")
     done = subprocess.run(
         [kubectl, "kustomize", str(path)], capture_output=True, text=True, check=False, timeout=60
     )
