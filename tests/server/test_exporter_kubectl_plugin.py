@@ -448,7 +448,7 @@ async def kube(devcluster: DevCluster) -> AsyncIterator[KubeClient]:
 
 async def report(kube: KubeClient, namespace: str, name: str, **status: Any) -> None:
     """Write a trainerStatus as a trainer's post would end up."""
-    await kube.apply_trainjob_status(namespace, name, status)
+    await kube.apply_trainjob_status(namespace, name, json.dumps(status).encode())
 
 
 @pytest_asyncio.fixture

@@ -4,6 +4,7 @@ trainerStatus, error mapping, timeouts, the request budget; and its pure parts."
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -37,6 +38,11 @@ async def kube(devcluster: DevCluster) -> AsyncIterator[KubeClient]:
         yield client
 
 
+def encoded(trainer_status: dict[str, Any]) -> bytes:
+    """A trainerStatus object as the writer hands it over: compact JSON."""
+    return json.dumps(trainer_status, separators=(",", ":")).encode()
+
+
 def stored(devcluster: DevCluster, name: str) -> dict[str, Any]:
     found = devcluster.get("trainjobs", NS, name, GROUP)
     assert found is not None
@@ -52,7 +58,7 @@ async def test_apply_writes_trainer_status_as_its_field_manager(
     devcluster.create_trainjob(NS, "tj")
     status = {"progressPercentage": 40, "estimatedRemainingSeconds": 600, "lastUpdatedTime": T0}
 
-    answer = await kube.apply_trainjob_status(NS, "tj", status)
+    answer = await kube.apply_trainjob_status(NS, "tj", encoded(status))
 
     assert answer["status"]["trainerStatus"] == status
     assert stored(devcluster, "tj")["status"]["trainerStatus"] == status
@@ -75,15 +81,19 @@ async def test_a_second_apply_without_a_field_removes_it(
     await kube.apply_trainjob_status(
         NS,
         "tj",
-        {
-            "progressPercentage": 40,
-            "estimatedRemainingSeconds": 600,
-            "metrics": metrics,
-            "lastUpdatedTime": T0,
-        },
+        encoded(
+            {
+                "progressPercentage": 40,
+                "estimatedRemainingSeconds": 600,
+                "metrics": metrics,
+                "lastUpdatedTime": T0,
+            }
+        ),
     )
 
-    await kube.apply_trainjob_status(NS, "tj", {"progressPercentage": 41, "lastUpdatedTime": T0})
+    await kube.apply_trainjob_status(
+        NS, "tj", encoded({"progressPercentage": 41, "lastUpdatedTime": T0})
+    )
 
     assert stored(devcluster, "tj")["status"]["trainerStatus"] == {
         "progressPercentage": 41,
@@ -97,7 +107,7 @@ async def test_apply_to_a_missing_trainjob_is_404_and_creates_nothing(
     devcluster.ensure_namespace(NS)
     with pytest.raises(KubeError) as caught:
         await kube.apply_trainjob_status(
-            NS, "nope", {"progressPercentage": 1, "lastUpdatedTime": T0}
+            NS, "nope", encoded({"progressPercentage": 1, "lastUpdatedTime": T0})
         )
     assert (caught.value.status, caught.value.reason) == (404, "NotFound")
     assert caught.value.message == 'trainjobs.trainer.kubeflow.org "nope" not found'
@@ -111,7 +121,7 @@ async def test_an_invalid_status_is_422_with_the_api_servers_message(
     created = devcluster.create_trainjob(NS, "tj")
     with pytest.raises(KubeError) as caught:
         await kube.apply_trainjob_status(
-            NS, "tj", {"progressPercentage": 101, "lastUpdatedTime": T0}
+            NS, "tj", encoded({"progressPercentage": 101, "lastUpdatedTime": T0})
         )
     error = caught.value
     assert (error.status, error.reason) == (422, "Invalid")
@@ -143,7 +153,9 @@ async def test_api_failures_map_to_kube_error(
     created = devcluster.create_trainjob(NS, "tj")
     devcluster.faults.fail(code, retry_after=retry_after, verb="patch", resource=STATUS)
     with pytest.raises(KubeError) as caught:
-        await kube.apply_trainjob_status(NS, "tj", {"progressPercentage": 1, "lastUpdatedTime": T0})
+        await kube.apply_trainjob_status(
+            NS, "tj", encoded({"progressPercentage": 1, "lastUpdatedTime": T0})
+        )
     error = caught.value
     assert (error.status, error.reason, error.retry_after) == (code, reason, retry_after)
     assert error.body["code"] == code
@@ -194,7 +206,7 @@ async def test_a_stalled_api_server_is_unavailable_within_the_timeout(
         async with asyncio.timeout(1.5):
             with pytest.raises(KubeUnavailable, match=r"no answer within 0\.2s"):
                 await client.apply_trainjob_status(
-                    NS, "tj", {"progressPercentage": 1, "lastUpdatedTime": T0}
+                    NS, "tj", encoded({"progressPercentage": 1, "lastUpdatedTime": T0})
                 )
 
 

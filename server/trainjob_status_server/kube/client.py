@@ -27,7 +27,7 @@ import asyncio
 import copy
 import json
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -49,12 +49,18 @@ from .ratelimit import TokenBucket
 from .resources import TRAINJOBS, Obj, Resource
 
 APPLY_PATCH = "application/apply-patch+yaml"
+# The same media type with a charset, for an apply body already encoded: kubernetes-asyncio
+# JSON-encodes the body of a request typed exactly APPLY_PATCH (or anything with "json"),
+# and sends ``bytes`` as they are under any other type; the API server reads the type
+# without its parameters (JSON is YAML).
+APPLY_PATCH_ENCODED = APPLY_PATCH + "; charset=utf-8"
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 FIELD_MANAGER = "trainer-status"
 USER_AGENT = "trainjob-status"
 
 BOOKMARK = "BOOKMARK"
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 __all__ = [
     "APPLY_PATCH",
@@ -246,26 +252,30 @@ class KubeClient:
         self,
         namespace: str,
         name: str,
-        trainer_status: Mapping[str, Any],
+        trainer_status: bytes,
         *,
         field_manager: str = FIELD_MANAGER,
         force: bool = True,
         resource_version: str | None = None,
     ) -> Obj:
-        """Server-side apply of ``status.trainerStatus`` on the status subresource; returns
-        the TrainJob as stored. The field manager owns trainerStatus as a whole, so a field
-        left out of ``trainer_status`` is removed. A missing TrainJob is a 404 (apply to a
-        subresource never creates). With ``resource_version`` the write is conditional:
-        409 Conflict when the object changed since that version."""
+        """Server-side apply of ``status.trainerStatus`` on the status subresource;
+        ``trainer_status`` is that object as JSON, sent as it is. Returns the TrainJob as
+        stored. The field manager owns trainerStatus as a whole, so a field left out of
+        ``trainer_status`` is removed. A missing TrainJob is a 404 (apply to a subresource
+        never creates). With ``resource_version`` the write is conditional: 409 Conflict
+        when the object changed since that version."""
         metadata = {"name": name, "namespace": namespace}
         if resource_version is not None:
             metadata["resourceVersion"] = resource_version
-        body = {
-            "apiVersion": TRAINJOBS.api_version,
-            "kind": TRAINJOBS.kind,
-            "metadata": metadata,
-            "status": {"trainerStatus": dict(trainer_status)},
-        }
+        head = {"apiVersion": TRAINJOBS.api_version, "kind": TRAINJOBS.kind, "metadata": metadata}
+        body = b"".join(
+            (
+                _COMPACT.encode(head)[:-1].encode(),  # the object, still open
+                b',"status":{"trainerStatus":',
+                trainer_status,
+                b"}}",
+            )
+        )
         query = [("fieldManager", field_manager)]
         if force:
             query.append(("force", "true"))
@@ -274,7 +284,7 @@ class KubeClient:
             TRAINJOBS.path(namespace, name, "status"),
             query,
             body=body,
-            content_type=APPLY_PATCH,
+            content_type=APPLY_PATCH_ENCODED,
         )
 
     async def request_json(
@@ -426,7 +436,7 @@ class KubeClient:
         path: str,
         query: Sequence[tuple[str, str]] = (),
         *,
-        body: Obj | Sequence[Obj] | None = None,
+        body: Obj | Sequence[Obj] | bytes | None = None,
         content_type: str | None = None,
         accept: str = "application/json",
     ) -> Obj:
@@ -455,7 +465,7 @@ class KubeClient:
         path: str,
         query: Sequence[tuple[str, str]],
         *,
-        body: Obj | Sequence[Obj] | None = None,
+        body: Obj | Sequence[Obj] | bytes | None = None,
         content_type: str | None = None,
         client_timeout: aiohttp.ClientTimeout | None = None,
         accept: str = "application/json",

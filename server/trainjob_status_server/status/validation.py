@@ -210,13 +210,8 @@ class EncodedStatus:
     form's memory (measured per pending update: docs/scaling.md, runs 4 and 5)."""
 
     last_updated_time: datetime  # aware, UTC
-    json: bytes
+    json: bytes  # what the writer sends and the post is answered with, as it is
     received: datetime  # aware
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``trainerStatus`` object as it is written."""
-        decoded: dict[str, Any] = json.loads(self.json)
-        return decoded
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"))

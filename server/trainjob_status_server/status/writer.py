@@ -55,7 +55,7 @@ class DirectWriter:
         """Apply ``update``; a failed write raises what the post is refused for."""
         started = time.monotonic()
         try:
-            await self.kube.apply_trainjob_status(namespace, name, update.to_json())
+            await self.kube.apply_trainjob_status(namespace, name, update.json)
         except KubeUnavailable as exc:
             selfmetrics.API_WRITES.labels("error").inc()
             raise Unavailable.of(exc) from exc
@@ -239,7 +239,7 @@ class CoalescingWriter:
         started = self.clock()
         try:
             written = await self.kube.apply_trainjob_status(
-                namespace, name, pending.update.to_json(), resource_version=version
+                namespace, name, pending.update.json, resource_version=version
             )
         except KubeUnavailable:
             selfmetrics.API_WRITES.labels("error").inc()
