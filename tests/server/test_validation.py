@@ -464,6 +464,21 @@ def test_the_encoded_update_is_the_update_as_compact_json(status: dict[str, Any]
     assert encoded.json == json.dumps(update.to_json(), separators=(",", ":")).encode()
 
 
+@given(
+    st.builds(
+        TrainerStatus,
+        st.none() | st.integers(0, 100),
+        st.none() | st.integers(0, 2**31 - 1),
+        st.none() | st.lists(st.tuples(st.text(), st.text()), max_size=5).map(tuple),
+        st.datetimes(timezones=st.just(UTC)),
+    )
+)
+def test_the_encoding_is_json_dumps_of_the_object_for_any_text(update: TrainerStatus) -> None:
+    # Any text: control characters, quotes, surrogates and astral characters alike.
+    encoded = update.encoded(RECEIVED)
+    assert encoded.json == json.dumps(update.to_json(), separators=(",", ":")).encode()
+
+
 @pytest.mark.parametrize("name", ["loss", "λoss"])  # the fast path, the careful one
 def test_metric_names_are_one_copy_across_posts(name: str) -> None:
     # Each post decodes its own strings; an update waiting for its write keeps them.

@@ -64,10 +64,11 @@ Decisions, each as the API server or the peer behaves unless said otherwise:
 from __future__ import annotations
 
 import json
+import json.encoder
 import math
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -195,10 +196,22 @@ class TrainerStatus:
 
     def encoded(self, received: datetime) -> EncodedStatus:
         """The update as it waits for its write and is echoed to the client; ``received``
-        is when the server received the post that carries it."""
-        return EncodedStatus(
-            self.last_updated_time, _ENCODER.encode(self.to_json()).encode(), received
-        )
+        is when the server received the post that carries it. The JSON is ``to_json()``
+        as compact JSON, written out directly: no dict per metric on the way."""
+        parts = []
+        if self.progress_percentage is not None:
+            parts.append(f'"progressPercentage":{self.progress_percentage:d}')
+        if self.estimated_remaining_seconds is not None:
+            parts.append(f'"estimatedRemainingSeconds":{self.estimated_remaining_seconds:d}')
+        if self.metrics is not None:
+            items = ",".join(
+                f'{{"name":{_json_string(name)},"value":{_json_string(value)}}}'
+                for name, value in self.metrics
+            )
+            parts.append(f'"metrics":[{items}]')
+        parts.append(f'"lastUpdatedTime":"{format_time(self.last_updated_time)}"')
+        text = "{" + ",".join(parts) + "}"
+        return EncodedStatus(self.last_updated_time, text.encode(), received)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +227,9 @@ class EncodedStatus:
     received: datetime  # aware
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"))
+# A JSON string literal as json.dumps writes it by default (ASCII, escapes included): the
+# json module's own encoder for strings, in C where the interpreter has it.
+_json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 
 def format_time(stamp: datetime) -> str:
