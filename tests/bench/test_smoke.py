@@ -134,8 +134,10 @@ BENCHES = [
     Bench(
         "ingest_accept",
         (
+            rf"^bare aiohttp handler on asyncio\s+{NUMBER} posts/s",
+            rf"^bare aiohttp handler on uvloop\s+{NUMBER} posts/s",
             rf"^ingest server, one write per post\s+{NUMBER} posts/s",
-            rf"^ratio to the ceiling: {NUMBER}",
+            rf"^ratio to the ceiling \((asyncio|uvloop), the faster\): {NUMBER}",
         ),
         binaries=("wrk", "taskset"),
     ),
