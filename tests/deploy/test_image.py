@@ -12,10 +12,8 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sys
 import tomllib
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,8 +22,10 @@ import pytest
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.pki import CertificateAuthority
+from trainjob_devcluster.testing import free_port
 
 from .rendering import ROOT, one, render
+from .wheels import DEVELOPMENT_ONLY, distribution_name, read_wheel
 
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
@@ -148,46 +148,23 @@ def test_the_build_context_is_the_package_only() -> None:
 
 # -- the install steps, for real ---------------------------------------------------------
 
-# The development cluster's package and the dependencies only it uses (multidict is not
-# here: aiohttp needs it too).
-DEVELOPMENT_ONLY = {"trainjob-devcluster", "httptools", "orjson", "uvloop", "cel-python"}
-
-
-def _distribution(wheel: Path) -> str:
-    return wheel.name.split("-")[0].replace("_", "-").lower()
-
 
 def assert_no_development_cluster(wheels: Path, venv: Path) -> None:
     """Neither the wheels the image installs from, nor what it installed, nor the server
     wheel's own files and requirements hold anything of the development cluster."""
-    built = {_distribution(w) for w in wheels.glob("*.whl")}
+    built = {distribution_name(w.name) for w in wheels.glob("*.whl")}
     assert {"trainjob-status", "trainjob-status-server"} <= built
     assert built.isdisjoint(DEVELOPMENT_ONLY), built & DEVELOPMENT_ONLY
     (server_wheel,) = wheels.glob("trainjob_status_server-*.whl")
-    with zipfile.ZipFile(server_wheel) as archive:
-        names = archive.namelist()
-        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
-        requires = [
-            line.split(":", 1)[1].strip()
-            for line in archive.read(metadata).decode().splitlines()
-            if line.startswith("Requires-Dist:")
-        ]
-    assert all(n.startswith(("trainjob_status_server/", "trainjob_status_server-")) for n in names)
-    assert not any("devcluster" in n for n in names), [n for n in names if "devcluster" in n]
-    required = {re.split(r"[\s\[<>=!;~]", r, maxsplit=1)[0].lower() for r in requires}
-    assert required.isdisjoint(DEVELOPMENT_ONLY), required & DEVELOPMENT_ONLY
+    server = read_wheel(server_wheel)
+    assert server.top_level == {"trainjob_status_server"}
+    assert not [n for n in server.names if "devcluster" in n]
+    assert server.required.isdisjoint(DEVELOPMENT_ONLY), server.required & DEVELOPMENT_ONLY
     (site,) = venv.glob("lib/python3.*/site-packages")
-    installed = {d.name.split("-")[0].replace("_", "-").lower() for d in site.glob("*.dist-info")}
+    installed = {distribution_name(d.name) for d in site.glob("*.dist-info")}
     assert {"trainjob-status", "trainjob-status-server"} <= installed
     assert installed.isdisjoint(DEVELOPMENT_ONLY), installed & DEVELOPMENT_ONLY
     assert not (site / "trainjob_devcluster").exists()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def run_script(name: str, cwd: Path, env: dict[str, str]) -> None:

@@ -183,7 +183,8 @@ class TrainerStatus:
     last_updated_time: datetime  # aware, UTC
 
     def to_json(self) -> dict[str, Any]:
-        """The ``trainerStatus`` object as it is written (and echoed to the client)."""
+        """The ``trainerStatus`` object as a dict: what ``encoded`` writes as JSON (and what
+        the post is answered with)."""
         out: dict[str, Any] = {}
         if self.progress_percentage is not None:
             out["progressPercentage"] = self.progress_percentage
