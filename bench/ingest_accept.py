@@ -1,28 +1,54 @@
 """Valid status posts per second through the ingest server, against the ceiling of a bare
-aiohttp HTTPS handler that only reads, parses and echoes the same post, in one run: the
-bare handler on asyncio's loop and TLS, and on uvloop's (where uvloop is installed); the
-ratio is to the faster of the two.
+aiohttp HTTPS handler that only reads, parses and echoes the same post, in interleaved
+rounds of one run: the bare handler on asyncio's loop and TLS, the bare handler on
+uvloop's (where uvloop is installed) and ours are each measured once per round, in that
+order every round, so that the machine's drift falls on all of them alike. The ratio is
+ours to the faster of the two bare handlers.
 
-Layout on a 2-core machine: the server under test alone on CPU 0; wrk (the load, HTTPS
-keep-alive) and the devcluster on CPU 1. The server uses the accept-all authenticator
-(token checks are measured by their own benchmark) and writes every accepted post to the
-devcluster with server-side apply, one write per post as the peer does; the coalescing
-writer changes that. Prints figures; asserts nothing. Needs ``wrk`` (apt-get install wrk).
+Layout on a 2-core machine: every server under test is started up front and pinned to
+CPU 0, where only the one being loaded does any work; wrk (the load, HTTPS keep-alive)
+and the devcluster share CPU 1.
 
-    .venv/bin/python bench/ingest_accept.py [--seconds 10] [--connections 32] [--smoke]
+Our server checks every post's token for real (``--auth token``, the default): the
+devcluster holds the TrainJob, a service account and a pod of the TrainJob (labelled and
+shaped as the Trainer's JobSet makes it, so the pod binding and membership checks pass),
+and mints one token bound to that pod with the TrainJob's audience; the server verifies
+it against the devcluster's issuer and keys, with its verified-token cache and pod cache,
+as ``serve`` does. The per-service-account rate limit is raised out of the way (one
+account posts everything; its bucket is still spent on every post). ``--auth
+accept-all`` measures the server without token checks instead, for comparison. Every
+post goes through the coalescing writer and is answered at once; the TrainJob's status
+is written to the devcluster at most once a second. Every server gets the same post
+(progress, ETA, 8 metrics; the token in its Authorization header).
+
+Before round 1 each server must answer one real post with 200 (for ours: token checks
+ready, keys loaded and pods listed) and is then warmed once (``--warm-seconds``). Every
+measured window must answer every post 2xx: one that does not is printed loudly and the
+run exits 1. The report: per server the median posts/s and server CPU per post (its CPU
+seconds over the posts answered) over the rounds; ours over the faster bare handler in
+each round; the ratio of the medians, with the rounds' min and max as the run's noise.
+Needs ``wrk`` (apt-get install wrk) and ``taskset``.
+
+    .venv/bin/python bench/ingest_accept.py [--seconds 10] [--connections 32] [--rounds 3]
+        [--warm-seconds 2] [--auth token|accept-all] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib.util
 import json
 import shutil
+import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
@@ -42,16 +68,24 @@ from _harness import (
     wait_file,
     wait_port,
 )
+from _ingest.objects import pod_body, trainjob_body
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_devcluster.testing import ServingCerts
-from trainjob_status.contract import status_path
+from trainjob_status.contract import GROUP, audience, status_path
 from trainjob_status_server.app import StatusServer
+from trainjob_status_server.auth import TokenAuthenticator
+from trainjob_status_server.auth.authenticator import Authenticator
 from trainjob_status_server.config import Config
 
 NS = "bench"
-PATH = status_path(NS, "job")
+JOB = "job"
+ACCOUNT = f"{JOB}-trainer"
+POD = f"{JOB}-node-0-0"
+PATH = status_path(NS, JOB)
 BODY = json.dumps({"trainerStatus": typical_status()})
+AUTH_MODES = ("token", "accept-all")
+SA_RATE = 1e9  # posts/s and burst per service account: the one account is never throttled
 
 
 SELF = (sys.executable, __file__)  # this script runs the processes under test too
@@ -79,7 +113,6 @@ def uvloop_installed() -> bool:
 
 async def ceiling_server(port: int, cert: Path, key: Path) -> None:
     """A bare handler: read the body, parse it, echo it. Nothing else; TLS is the loop's."""
-    import ssl
 
     async def handle(request: web.Request) -> web.Response:
         payload = json.loads(await request.read())
@@ -95,7 +128,10 @@ async def ceiling_server(port: int, cert: Path, key: Path) -> None:
     await asyncio.Event().wait()
 
 
-async def ingest_server(port: int, cert: Path, key: Path, kubeconfig: Path) -> None:
+async def ingest_server(port: int, cert: Path, key: Path, work: Path, auth: str) -> None:
+    """Our server with the server's defaults (the coalescing writer included), but for
+    the listener, no metrics or probe port, and the per-account rate limit raised;
+    ``auth``: real token checks against the devcluster's issuer, or accept-all."""
     config = Config(
         host="127.0.0.1",
         port=port,
@@ -103,40 +139,98 @@ async def ingest_server(port: int, cert: Path, key: Path, kubeconfig: Path) -> N
         probe_port=0,
         tls_cert_file=cert,
         tls_key_file=key,
-        kubeconfig=kubeconfig,
-        kube_api_qps=100_000.0,
-        kube_api_burst=100_000,
+        kubeconfig=work / "kubeconfig",
+        issuer=(work / "issuer").read_text(),
+        sa_rate_limit=SA_RATE,
+        sa_rate_burst=int(SA_RATE),
         log_level="warning",
     )
-    async with StatusServer(config, AcceptAll()) as server:
+    authenticator: Authenticator = AcceptAll()
+    if auth == "token":
+        # As ``serve`` builds it; the issuer is given, so no own token is read for it.
+        settings = dataclasses.replace(config.auth_settings(), own_token_path=None)
+        authenticator = TokenAuthenticator(settings)
+    async with StatusServer(config, authenticator) as server:
         await server.trainjobs.synced.wait()
         await asyncio.Event().wait()
 
 
-async def cluster_process(kubeconfig: Path) -> None:
+async def cluster_process(work: Path) -> None:
+    """The devcluster: the TrainJob, its service account, one pod of it and that pod's
+    bound token; the issuer, the token and the kubeconfig (last) into ``work``."""
     async with DevCluster() as cluster:
         cluster.ensure_namespace(NS)
-        cluster.create_trainjob(NS, "job")
-        shutil.copy(cluster.kubeconfig_path, kubeconfig)
+        cluster.create("trainjobs", trainjob_body(JOB), NS, GROUP)
+        cluster.create("serviceaccounts", {"metadata": {"name": ACCOUNT}}, NS)
+        cluster.create("pods", pod_body(NS, JOB, POD, ACCOUNT, 0), NS)
+        token = cluster.request_token(NS, ACCOUNT, [audience(NS, JOB)], pod=POD)
+        (work / "token").write_text(token)
+        (work / "issuer").write_text(cluster.issuer)
+        shutil.copy(cluster.kubeconfig_path, work / "kubeconfig.tmp")
+        (work / "kubeconfig.tmp").rename(work / "kubeconfig")
         await asyncio.Event().wait()
 
 
 # -- the driver ---------------------------------------------------------------------------
 
 
+@dataclasses.dataclass
+class Window:
+    """One wrk window against one server, and the server's CPU time meanwhile."""
+
+    posts: int  # responses received
+    seconds: float
+    non2xx: int
+    errors: int  # socket errors: connect, read, write, timeout
+    cpu: float  # the server's CPU seconds
+    p50_ms: float
+    p99_ms: float
+
+    @property
+    def rps(self) -> float:
+        return self.posts / self.seconds
+
+    @property
+    def us_per_post(self) -> float:
+        return self.cpu / max(1, self.posts) * 1e6
+
+    def text(self) -> str:
+        errors = f"  socket errors {self.errors}" if self.errors else ""
+        return (
+            f"{self.rps:>8.0f} posts/s  p50 {self.p50_ms:6.2f} ms  p99 {self.p99_ms:6.2f} ms  "
+            f"server CPU {self.cpu / self.seconds:.2f}  {self.us_per_post:5.0f} us/post  "
+            f"non-2xx {self.non2xx}{errors}"
+        )
+
+
+def window(pid: int, url: str, script: Path, seconds: float, connections: int) -> Window:
+    before = cpu_seconds(pid)
+    result = run_wrk(url, script, seconds, connections)
+    return Window(
+        posts=result.completed,
+        seconds=result.seconds,
+        non2xx=result.non2xx,
+        errors=sum(result.errors.values()),
+        cpu=cpu_seconds(pid) - before,
+        p50_ms=result.p50_ms,
+        p99_ms=result.p99_ms,
+    )
+
+
 def measure(
     name: str, pid: int, url: str, script: Path, args: argparse.Namespace
 ) -> dict[str, float]:
+    """A warm-up (``args.warm_seconds``), then one window; prints one line. For the
+    benchmarks that measure one server at a time (auth_verify.py)."""
     if args.warm_seconds:
         run_wrk(url, script, args.warm_seconds, args.connections)
-    before = cpu_seconds(pid)
-    result = run_wrk(url, script, args.seconds, args.connections)
+    measured = window(pid, url, script, args.seconds, args.connections)
     figures = {
-        "rps": result.completed / result.seconds,
-        "p50": result.p50_ms,
-        "p99": result.p99_ms,
-        "non2xx": float(result.non2xx),
-        "cpu": (cpu_seconds(pid) - before) / args.seconds,
+        "rps": measured.rps,
+        "p50": measured.p50_ms,
+        "p99": measured.p99_ms,
+        "non2xx": float(measured.non2xx),
+        "cpu": measured.cpu / args.seconds,
     }
     print(
         f"{name:<34} {figures['rps']:>8.0f} posts/s  p50 {figures['p50']:6.2f} ms  "
@@ -146,68 +240,190 @@ def measure(
     return figures
 
 
+@dataclasses.dataclass
+class Target:
+    """A server under test, started and answering."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+    windows: list[Window] = dataclasses.field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}{PATH}"
+
+    def median(self, figure: str) -> float:
+        return statistics.median(float(getattr(w, figure)) for w in self.windows)
+
+
+def post_once(url: str, token: str, context: ssl.SSLContext) -> int:
+    """One real post; its HTTP status (0 when nothing answered)."""
+    request = urllib.request.Request(
+        url,
+        data=BODY.encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30, context=context) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as refused:
+        return int(refused.code)
+    except (urllib.error.URLError, OSError):
+        return 0
+
+
+def wait_answering(target: Target, token: str, context: ssl.SSLContext) -> None:
+    """Until ``target`` answers a real post with 200 (token checks ready: keys loaded,
+    pods listed); exits with its log's tail after a minute."""
+    wait_port(target.port)
+    deadline = time.monotonic() + 60
+    while (status := post_once(target.url, token, context)) != 200:
+        if time.monotonic() > deadline or target.proc.poll() is not None:
+            tail = target.log.read_text(errors="replace").splitlines()[-20:]
+            raise SystemExit(
+                f"{target.name}: a real post got {status or 'no answer'}, not 200; "
+                "its log ends:\n" + "\n".join(tail)
+            )
+        time.sleep(0.2)
+
+
+def report(targets: list[Target], ours: Target, rounds: int) -> None:
+    bare = [t for t in targets if t is not ours]
+    width = max(len(t.name) for t in targets)
+    print()
+    print(f"medians of {rounds} round{'s' if rounds > 1 else ''}:")
+    for target in targets:
+        print(
+            f"  {target.name:<{width}} {target.median('rps'):>8.0f} posts/s  "
+            f"{target.median('us_per_post'):5.0f} us CPU per post"
+        )
+    by_round = []
+    for r in range(rounds):
+        faster = max(bare, key=lambda t: t.windows[r].rps)
+        by_round.append((ours.windows[r].rps / faster.windows[r].rps, faster.name.split()[-1]))
+    print(
+        "ours / the faster bare handler, by round: "
+        + "  ".join(f"{r}: {ratio:.3f} ({loop})" for r, (ratio, loop) in enumerate(by_round, 1))
+    )
+    for target in bare:
+        print(
+            f"ratio to the {target.name.replace('bare aiohttp handler', 'bare handler')}: "
+            f"{ours.median('rps') / target.median('rps'):.3f} of the medians' posts/s, "
+            f"{target.median('us_per_post') / ours.median('us_per_post'):.3f} by CPU per post"
+        )
+    faster = max(bare, key=lambda t: t.median("rps"))
+    ratios = [ratio for ratio, _ in by_round]
+    print(
+        f"ratio to the ceiling ({faster.name.split()[-1]}, the faster): "
+        f"{ours.median('rps') / faster.median('rps'):.3f} of the medians; "
+        f"per round min {min(ratios):.3f}, max {max(ratios):.3f} "
+        f"(noise {max(ratios) - min(ratios):.3f})"
+    )
+
+
 def main(args: argparse.Namespace) -> None:
-    if shutil.which("wrk") is None:
-        raise SystemExit("wrk is not installed: apt-get install wrk")
+    if shutil.which("wrk") is None or shutil.which("taskset") is None:
+        raise SystemExit("needs wrk and taskset: apt-get install wrk util-linux")
     with tempfile.TemporaryDirectory() as tmp, processes() as procs:
         work = Path(tmp)
         ServingCerts.create(work)
+        procs.start([*SELF, "--cluster", str(work)], cpu=LOAD_CPU, stderr=subprocess.DEVNULL)
+        wait_file(work / "kubeconfig", 30)
+        token = (work / "token").read_text()
         script = work / "post.lua"
-        script.write_text(post_script(BODY))
-        kubeconfig = work / "kubeconfig"
-        procs.start([*SELF, "--cluster", str(kubeconfig)], cpu=LOAD_CPU, stderr=subprocess.DEVNULL)
-        wait_file(kubeconfig, 20)
-        ceiling_port, ingest_port = free_port(), free_port()
+        script.write_text(post_script(BODY, token))
         tls = (str(work / "tls.crt"), str(work / "tls.key"))
-        ceilings = {}
-        for loop in LOOPS if uvloop_installed() else LOOPS[:1]:
-            ceiling = procs.start(
-                [*SELF, "--ceiling", str(ceiling_port), *tls, loop],
-                cpu=SERVER_CPU,
-                stderr=subprocess.DEVNULL,
+
+        def start(name: str, child: list[str]) -> Target:
+            port = free_port()
+            log = work / f"server-{port}.log"
+            with log.open("wb") as sink:
+                proc = procs.start(
+                    [*SELF, *child[:1], str(port), *tls, *child[1:]],
+                    cpu=SERVER_CPU,
+                    stdout=subprocess.DEVNULL,
+                    stderr=sink,
+                )
+            return Target(name, proc, port, log)
+
+        targets = [
+            start(f"bare aiohttp handler on {loop}", ["--ceiling", loop])
+            for loop in (LOOPS if uvloop_installed() else LOOPS[:1])
+        ]
+        checks = "token checks" if args.auth == "token" else "accept-all"
+        ours = start(f"ingest server ({checks}, coalescing writer)", ["--ingest", tmp, args.auth])
+        targets.append(ours)
+        context = ssl.create_default_context(cafile=str(work / "ca.crt"))
+        for target in targets:
+            wait_answering(target, token, context)
+        if args.auth == "token":
+            print(
+                "# ours verifies one token, bound to a pod of the TrainJob, with the TrainJob's "
+                "audience, against the devcluster's issuer and keys; per-service-account rate "
+                f"limit raised to {SA_RATE:,.0f}/s, burst {SA_RATE:,.0f}: the one account is "
+                "never throttled"
             )
-            wait_port(ceiling_port)
-            ceilings[loop] = measure(
-                f"bare aiohttp handler on {loop}", ceiling.pid,
-                f"https://127.0.0.1:{ceiling_port}{PATH}", script, args,
-            )  # fmt: skip
-            procs.stop(ceiling)
-        ingest = procs.start(
-            [*SELF, "--ingest", str(ingest_port), *tls, str(kubeconfig)],
-            cpu=SERVER_CPU,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_port(ingest_port)
-        time.sleep(1)
-        ours = measure(
-            "ingest server, one write per post", ingest.pid,
-            f"https://127.0.0.1:{ingest_port}{PATH}", script, args,
-        )  # fmt: skip
-        faster = max(ceilings, key=lambda loop: ceilings[loop]["rps"])
-        for loop, bare in ceilings.items():
-            print(f"ratio to the bare handler on {loop}: {ours['rps'] / bare['rps']:.3f}")
+        else:
+            print("# ours accepts every token (accept-all): no token checks")
         print(
-            f"ratio to the ceiling ({faster}, the faster): {ours['rps'] / ceilings[faster]['rps']:.3f}"
+            f"# all servers on CPU {SERVER_CPU}, only the loaded one working; wrk -t1 "
+            f"-c{args.connections} and the devcluster on CPU {LOAD_CPU}; {args.rounds} "
+            f"round(s) of {args.seconds:.0f} s per server, in this order: "
+            + ", ".join(t.name for t in targets)
         )
+        if args.warm_seconds:
+            for target in targets:
+                run_wrk(target.url, script, args.warm_seconds, args.connections)
+        width = max(len(t.name) for t in targets)
+        invalid = []
+        for r in range(1, args.rounds + 1):
+            for target in targets:
+                measured = window(
+                    target.proc.pid, target.url, script, args.seconds, args.connections
+                )
+                target.windows.append(measured)
+                print(f"round {r}: {target.name:<{width}} {measured.text()}", flush=True)
+                if measured.non2xx:
+                    invalid.append(f"round {r}, {target.name}: {measured.non2xx} non-2xx")
+                    print(
+                        f"!!! round {r}, {target.name}: {measured.non2xx} of {measured.posts} "
+                        "posts answered non-2xx: this window's figures are not valid posts",
+                        flush=True,
+                    )
+        report(targets, ours, args.rounds)
         print(
-            f"wrk -t1 -c{args.connections} on CPU {LOAD_CPU} with the devcluster; "
-            f"server under test alone on CPU {SERVER_CPU}; {args.seconds:.0f} s per figure"
+            f"wrk -t1 -c{args.connections} on CPU {LOAD_CPU} with the devcluster; servers "
+            f"under test on CPU {SERVER_CPU}; {args.seconds:.0f} s per window"
         )
+    if invalid:
+        print(f"!!! {len(invalid)} window(s) with non-2xx answers: " + "; ".join(invalid))
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] in ("--ceiling", "--ingest", "--cluster"):
         mode, rest = sys.argv[1], sys.argv[2:]
-        if mode == "--ceiling":
+        if mode == "--ceiling":  # port cert key [loop]
             loop = rest[3] if len(rest) > 3 else "asyncio"
             run_on(loop, ceiling_server(int(rest[0]), Path(rest[1]), Path(rest[2])))
-        elif mode == "--ingest":
-            asyncio.run(ingest_server(int(rest[0]), Path(rest[1]), Path(rest[2]), Path(rest[3])))
-        else:
+        elif mode == "--ingest":  # port cert key work auth
+            port, cert, key, work, auth = rest
+            asyncio.run(ingest_server(int(port), Path(cert), Path(key), Path(work), auth))
+        else:  # work
             asyncio.run(cluster_process(Path(rest[0])))
     else:
         parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-        parser.add_argument("--seconds", type=float, default=10.0)
+        parser.add_argument("--seconds", type=float, default=10.0, help="per window")
         parser.add_argument("--connections", type=int, default=32)
-        parser.add_argument("--warm-seconds", type=float, default=2.0, help="0: no warm-up")
-        main(parse_args(parser, {"seconds": 1.0, "connections": 4, "warm_seconds": 0.0}))
+        parser.add_argument("--rounds", type=int, default=3, help="windows per server, interleaved")
+        parser.add_argument(
+            "--warm-seconds", type=float, default=2.0, help="once per server; 0: no warm-up"
+        )
+        parser.add_argument(
+            "--auth", choices=AUTH_MODES, default="token", help="our server's token checks"
+        )
+        main(
+            parse_args(parser, {"seconds": 1.0, "connections": 4, "rounds": 1, "warm_seconds": 0.0})
+        )

@@ -134,10 +134,14 @@ BENCHES = [
     Bench(
         "ingest_accept",
         (
-            rf"^bare aiohttp handler on asyncio\s+{NUMBER} posts/s",
-            rf"^bare aiohttp handler on uvloop\s+{NUMBER} posts/s",
-            rf"^ingest server, one write per post\s+{NUMBER} posts/s",
-            rf"^ratio to the ceiling \((asyncio|uvloop), the faster\): {NUMBER}",
+            rf"^round 1: bare aiohttp handler on asyncio\s+{NUMBER} posts/s",
+            rf"^round 1: bare aiohttp handler on uvloop\s+{NUMBER} posts/s",
+            rf"^round 1: ingest server \(token checks, coalescing writer\)\s+{NUMBER} posts/s",
+            rf"^  ingest server \(token checks, coalescing writer\)\s+{NUMBER} posts/s\s+"
+            rf"{NUMBER} us CPU per post",
+            rf"^ours / the faster bare handler, by round: 1: {NUMBER} \((asyncio|uvloop)\)",
+            rf"^ratio to the ceiling \((asyncio|uvloop), the faster\): {NUMBER} of the medians; "
+            rf"per round min {NUMBER}, max {NUMBER}",
         ),
         binaries=("wrk", "taskset"),
     ),
