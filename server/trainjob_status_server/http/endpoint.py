@@ -78,9 +78,9 @@ async def read_body(
     request: web.Request, limit: int, seconds: float, coding: str | None = None
 ) -> bytes:
     """The body, at most ``limit`` bytes whether announced or chunked (413 beyond), within
-    ``seconds`` (408 for a client that stalls), with ``coding`` (a content coding from
-    ``codings.body_coding``) undone: then ``limit`` bounds the decoded bytes too, and a
-    body that does not decode is 400."""
+    ``seconds`` of the first wait for it (408 for a client that stalls), with ``coding``
+    (a content coding from ``codings.body_coding``) undone: then ``limit`` bounds the
+    decoded bytes too, and a body that does not decode is 400."""
     raw = await _read_raw(request, limit, seconds)
     if coding is None:
         return raw
@@ -97,14 +97,18 @@ async def read_body(
 
 async def _read_raw(request: web.Request, limit: int, seconds: float) -> bytes:
     stream = request.content
-    deadline = asyncio.get_running_loop().time() + seconds
+    deadline: float | None = None
     chunks: list[bytes] = []
     size = 0
     while True:
         # Most posts arrive whole with their headers: what is buffered is taken without
-        # arming a timer; only a body still on its way is waited for, under the deadline.
+        # arming a timer or reading the loop's clock (on Python 3.11 finding the running
+        # loop is a getpid system call); only a body still on its way is waited for,
+        # under a deadline that starts with the first wait.
         chunk = stream.read_nowait()
         if not chunk and not stream.at_eof():
+            if deadline is None:
+                deadline = asyncio.get_running_loop().time() + seconds
             try:
                 async with asyncio.timeout_at(deadline):
                     chunk = await stream.readany()

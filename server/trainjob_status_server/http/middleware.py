@@ -10,16 +10,14 @@ count them); refusals and failures at info, so a default log shows every one of 
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
+import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Collection
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from prometheus_client import Counter
 
 from ..auth import Identity
 from ..failures import Failure
@@ -43,10 +41,11 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _CLOSE_AFTER = frozenset({400, 408, 413, 415})
 
 
-@functools.cache
-def _requests(code: int) -> Counter:
-    """The request counter's child for ``code`` (a label lookup takes a lock each time)."""
-    return selfmetrics.REQUESTS.labels(str(code))
+def new_request_id() -> str:
+    """16 hex digits for a request that brought no usable id of its own. They tell one
+    request's log lines from another's and need not be secret: they come from the random
+    module (reseeded in a forked child), not from a system call per request."""
+    return f"{random.getrandbits(64):016x}"
 
 
 async def no_server_header(_request: web.Request, response: web.StreamResponse) -> None:
@@ -73,7 +72,7 @@ def status_errors(not_posts: Collection[str]) -> Middleware:
 async def _answer(request: web.Request, handler: Handler, counted: bool) -> web.StreamResponse:
     request_id = request.headers.get("X-Request-Id", "")
     if not _REQUEST_ID.fullmatch(request_id):
-        request_id = os.urandom(8).hex()
+        request_id = new_request_id()
     request[REQUEST_ID] = request_id
     started = time.perf_counter()
     try:
@@ -98,8 +97,7 @@ async def _answer(request: web.Request, handler: Handler, counted: bool) -> web.
     duration = time.perf_counter() - started
     code = response.status
     if counted:
-        _requests(code).inc()
-        selfmetrics.REQUEST_DURATION.observe(duration)
+        selfmetrics.REQUEST_STATS.record(code, duration)
     level = logging.DEBUG if code < 400 else logging.INFO
     if not log.isEnabledFor(level):
         return response

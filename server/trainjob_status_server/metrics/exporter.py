@@ -37,6 +37,7 @@ from ..kube.cache import WatchCache
 from ..kube.resources import Key, Obj, key_of
 from ..kube.store import CacheEvent
 from . import selfmetrics
+from .requeststats import RequestStats
 from .series import (
     FAMILIES,
     METRIC,
@@ -79,7 +80,7 @@ def server_registry() -> CollectorRegistry:
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
     for metric in vars(selfmetrics).values():
-        if isinstance(metric, MetricWrapperBase):
+        if isinstance(metric, MetricWrapperBase | RequestStats):
             registry.register(metric)
     return registry
 

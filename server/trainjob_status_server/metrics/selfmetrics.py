@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import platform
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
 from .. import __version__
+from .requeststats import RequestStats
 
 # A Gauge set to 1 rather than an Info: the same gauge family in both exposition formats
 # (OpenMetrics types an Info "info").
@@ -20,12 +21,16 @@ BUILD_INFO = Gauge(
 )
 BUILD_INFO.labels(__version__, platform.python_version()).set(1)
 
-REQUESTS = Counter("trainjob_status_requests", "Status posts answered, by HTTP code.", ["code"])
-REQUEST_DURATION = Histogram(
+# trainjob_status_requests{code} and trainjob_status_request_duration_seconds: a Counter
+# and a Histogram on the page, added to without locks (requeststats.py).
+REQUEST_STATS = RequestStats(
+    "trainjob_status_requests",
+    "Status posts answered, by HTTP code.",
     "trainjob_status_request_duration_seconds",
     "Time from a post's arrival to its answer.",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+REGISTRY.register(REQUEST_STATS)
 AUTH_FAILURES = Counter(
     "trainjob_status_auth_failures", "Posts refused by authentication, by reason.", ["reason"]
 )
