@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -1305,3 +1306,49 @@ def test_accepted_date_times_mean_the_instant_they_spell(text: str) -> None:
         offset = sign * timedelta(hours=int(tail[-5:-3]), minutes=int(tail[-2:]))
     expected = datetime(year, month, day, hour, minute, second, micro, tzinfo=UTC) - offset
     assert update.last_updated_time == expected
+
+
+# -- the shortcuts against straightforward references ------------------------------------------
+#
+# Most posts are decoded, checked and written by shortcuts. Here they meet straightforward
+# references on the same inputs: format_time's first form, copied as it was. Every result
+# and error must be the same.
+
+
+def outcome(call: Callable[..., Any], *args: Any) -> tuple[Any, ...]:
+    """What ``call(*args)`` returns (by ``repr``, which tells 1 from 1.0 and True), or
+    everything about what it raises."""
+    try:
+        return ("returned", repr(call(*args)))
+    except Exception as exc:  # any exception is an outcome to compare
+        about: tuple[Any, ...] = (
+            type(exc),
+            str(exc),
+            repr(exc.__cause__),
+            type(exc.__context__),
+            exc.__suppress_context__,
+        )
+        if isinstance(exc, PayloadError):
+            about += (exc.detail, exc.message)
+        if isinstance(exc, ValidationFailed):
+            about += (exc.name, exc.message, [c.to_json() for c in exc.causes])
+        return ("raised", *about)
+
+
+def reference_format_time(stamp: datetime) -> str:
+    return stamp.astimezone(UTC).isoformat()[:-6] + "Z"
+
+
+ZONES = st.one_of(
+    st.none(),
+    st.just(UTC),
+    st.builds(
+        timezone, st.timedeltas(min_value=timedelta(hours=-23), max_value=timedelta(hours=23))
+    ),
+)
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(st.datetimes(timezones=ZONES))
+def test_format_time_is_the_utc_isoformat(stamp: datetime) -> None:
+    assert outcome(format_time, stamp) == outcome(reference_format_time, stamp)

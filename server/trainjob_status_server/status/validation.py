@@ -235,8 +235,9 @@ _json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 def format_time(stamp: datetime) -> str:
     """RFC 3339 in UTC with a ``Z``; microseconds only when there are any."""
-    text = stamp.astimezone(UTC).isoformat()
-    return text[:-6] + "Z"  # isoformat of a UTC time ends in "+00:00"
+    if stamp.tzinfo is not UTC:  # astimezone would return a UTC time as it is
+        stamp = stamp.astimezone(UTC)
+    return stamp.isoformat()[:-6] + "Z"  # isoformat of a UTC time ends in "+00:00"
 
 
 # -- decoding -------------------------------------------------------------------------
