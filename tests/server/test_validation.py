@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -1311,8 +1312,8 @@ def test_accepted_date_times_mean_the_instant_they_spell(text: str) -> None:
 # -- the shortcuts against straightforward references ------------------------------------------
 #
 # Most posts are decoded, checked and written by shortcuts. Here they meet straightforward
-# references on the same inputs: format_time's first form, copied as it was. Every result
-# and error must be the same.
+# references on the same inputs: format_time's first form and json's own decode, copied as
+# they were. Every result, error and message must be the same.
 
 
 def outcome(call: Callable[..., Any], *args: Any) -> tuple[Any, ...]:
@@ -1352,3 +1353,110 @@ ZONES = st.one_of(
 @given(st.datetimes(timezones=ZONES))
 def test_format_time_is_the_utc_isoformat(stamp: datetime) -> None:
     assert outcome(format_time, stamp) == outcome(reference_format_time, stamp)
+
+
+JSON_TYPES = {
+    type(None): "null",
+    bool: "boolean",
+    int: "number",
+    float: "number",
+    str: "string",
+    list: "array",
+}
+
+
+def json_type(value: Any) -> str:
+    return JSON_TYPES.get(type(value), "object")
+
+
+def _reference_reject_constant(name: str) -> Any:
+    raise PayloadError(f"body is not valid JSON: {name} is not a JSON value")
+
+
+_REFERENCE_DECODER = json.JSONDecoder(parse_constant=_reference_reject_constant)
+
+
+def reference_decode(raw: bytes) -> dict[str, Any]:
+    """decode_payload as it was: the decoder's own decode, then the checks."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PayloadError(f"body is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        payload = _REFERENCE_DECODER.decode(text)
+    except json.JSONDecodeError as exc:
+        if text.startswith("\ufeff"):
+            raise PayloadError("body starts with a byte order mark") from None
+        raise PayloadError(f"body is not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # integers past 4300 digits, deep nesting
+        raise PayloadError(f"body cannot be decoded: {exc}") from None
+    if type(payload) is not dict:
+        raise PayloadError(f"body must be a JSON object, got {json_type(payload)}")
+    return payload
+
+
+JSON_VALUES = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=5),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@st.composite
+def bodies(draw: st.DrawFn) -> bytes:
+    """JSON texts, mostly objects, as written and then now and then spoiled: whitespace
+    or a byte order mark around them, junk after them, cut short, a NaN, a bad byte."""
+    value = draw(st.one_of(st.dictionaries(st.text(max_size=3), JSON_VALUES), JSON_VALUES))
+    separators = draw(st.sampled_from([(", ", ": "), (",", ":"), (" ,\n", " :\t")]))
+    text = json.dumps(value, separators=separators, ensure_ascii=draw(st.booleans()))
+    spoil = draw(st.integers(0, 9))
+    if spoil == 0:
+        text = draw(st.sampled_from([" ", "\n", "\ufeff", "\t\r"])) + text
+    elif spoil == 1:
+        text += draw(st.sampled_from([" ", "\n", " x", "{}", "]", " NaN"]))
+    elif spoil == 2:
+        text = text[: draw(st.integers(0, len(text)))]
+    elif spoil == 3:
+        at = draw(st.integers(0, len(text)))
+        text = text[:at] + draw(st.sampled_from(["NaN", "Infinity", "-Infinity"])) + text[at:]
+    raw = text.encode("utf-8", "surrogatepass")
+    if spoil == 4:
+        at = draw(st.integers(0, len(raw)))
+        raw = raw[:at] + draw(st.sampled_from([b"\xff", b"\xc3", b"\xed\xa0\x80"])) + raw[at:]
+    return raw
+
+
+@settings(max_examples=600, deadline=None, database=None)
+@given(bodies())
+def test_bodies_decode_as_json_decodes_them(raw: bytes) -> None:
+    assert outcome(decode_payload, raw) == outcome(reference_decode, raw)
+
+
+def _nested(depth: int, kind: str) -> bytes:
+    opening = {"arrays": "[", "objects": '{"a":', "both": '[{"a":'}[kind]
+    closing = {"arrays": "]", "objects": "}", "both": "}]"}[kind]
+    return ('{"x":' + opening * depth + "1" + closing * depth + "}").encode()
+
+
+@pytest.mark.parametrize("kind", ["arrays", "objects", "both"])
+def test_deep_bodies_fail_at_the_depth_json_decode_fails_at(kind: str) -> None:
+    # The deepest body the reference decodes from here, then the bodies about it.
+    low, high = 1, sys.getrecursionlimit()
+    while low < high:
+        middle = (low + high + 1) // 2
+        if outcome(reference_decode, _nested(middle, kind))[0] == "returned":
+            low = middle
+        else:
+            high = middle - 1
+    assert low < sys.getrecursionlimit() - 10
+    for depth in range(low - 3, low + 4):
+        raw = _nested(depth, kind)
+        assert outcome(decode_payload, raw) == outcome(reference_decode, raw), depth

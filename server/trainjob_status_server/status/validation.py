@@ -256,17 +256,39 @@ def decode_payload(raw: bytes) -> dict[str, Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PayloadError(f"body is not valid UTF-8 (byte {exc.start})") from None
-    try:
-        payload = _DECODER.decode(text)
-    except json.JSONDecodeError as exc:
-        if text.startswith("\ufeff"):
-            raise PayloadError("body starts with a byte order mark") from None
-        raise PayloadError(f"body is not valid JSON: {exc}") from None
-    except (ValueError, RecursionError) as exc:  # integers past 4300 digits, deep nesting
-        raise PayloadError(f"body cannot be decoded: {exc}") from None
+    payload = _whole_value(text)
+    if payload is _NOT_WHOLE:  # decode again, for its exact error
+        try:
+            payload = _DECODER.decode(text)
+        except json.JSONDecodeError as exc:
+            if text.startswith("\ufeff"):
+                raise PayloadError("body starts with a byte order mark") from None
+            raise PayloadError(f"body is not valid JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # integers past 4300 digits, deep nesting
+            raise PayloadError(f"body cannot be decoded: {exc}") from None
     if type(payload) is not dict:
         raise PayloadError(f"body must be a JSON object, got {_json_type(payload)}")
     return payload
+
+
+_NOT_WHOLE = object()
+
+
+def _whole_value(text: str) -> Any:
+    """What ``_DECODER.decode(text)`` returns when ``text`` is one JSON value from its
+    first character to its last (as JSON libraries write it), without decode's two scans
+    for whitespace; ``_NOT_WHOLE`` for any other text, and any that fails to decode.
+
+    The scanner runs as many Python frames deep as under decode (decode_payload,
+    _whole_value, raw_decode here; decode_payload, decode, raw_decode there): Python 3.11
+    counts frames and nesting levels against one recursion limit, so a deeply nested body
+    fails, or decodes, as it does there.
+    """
+    try:
+        value, end = _DECODER.raw_decode(text)
+    except (ValueError, RecursionError):
+        return _NOT_WHOLE
+    return value if end == len(text) else _NOT_WHOLE
 
 
 # -- parsing and validation -----------------------------------------------------------
