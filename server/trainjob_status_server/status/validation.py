@@ -702,9 +702,11 @@ def _plain_metrics_json(items: Any) -> str | None:
         text = '[{"name":"' + '"},{"name":"'.join(pairs) + '"}]'
     except (KeyError, TypeError):  # no name or value, a null, not a string, not an object
         return None
-    if text.count('"') != 8 * len(items) or _PLAIN_METRICS.match(text) is None:
+    # isascii first: it costs nothing (a flag of the string) and turns away at once the
+    # posts with non-ASCII names, which the exact path writes with escapes.
+    if not text.isascii() or text.count('"') != 8 * len(items):
         return None
-    return text
+    return text if _PLAIN_METRICS.match(text) is not None else None
 
 
 def _metric(item: dict[str, Any], index: int, causes: list[Cause]) -> Metric | None:
