@@ -11,17 +11,20 @@ from __future__ import annotations
 import copy
 import json
 import math
+import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from trainjob_devcluster.resources import load_trainjob_crd, resource_from_crd
 from trainjob_devcluster.schema import StructuralSchema
 from trainjob_devcluster.status import Cause as DevCause
 from trainjob_devcluster.status import invalid
+from trainjob_status_server.status import validation
 from trainjob_status_server.status.validation import (
     GROUP,
     MAX_AHEAD,
@@ -1305,3 +1308,386 @@ def test_accepted_date_times_mean_the_instant_they_spell(text: str) -> None:
         offset = sign * timedelta(hours=int(tail[-5:-3]), minutes=int(tail[-2:]))
     expected = datetime(year, month, day, hour, minute, second, micro, tzinfo=UTC) - offset
     assert update.last_updated_time == expected
+
+
+# -- the shortcuts against straightforward references ------------------------------------------
+#
+# Most posts are decoded, checked and written by shortcuts. Here they meet straightforward
+# references on the same inputs: format_time's first form and json's own decode, copied as
+# they were, and the exact path (every field checked in the body's order, the JSON written
+# from the parsed fields by json.dumps). Every result, error message, cause and byte must be
+# the same.
+
+
+def outcome(call: Callable[..., Any], *args: Any) -> tuple[Any, ...]:
+    """What ``call(*args)`` returns (by ``repr``, which tells 1 from 1.0 and True), or
+    everything about what it raises."""
+    try:
+        return ("returned", repr(call(*args)))
+    except Exception as exc:  # any exception is an outcome to compare
+        about: tuple[Any, ...] = (
+            type(exc),
+            str(exc),
+            repr(exc.__cause__),
+            type(exc.__context__),
+            exc.__suppress_context__,
+        )
+        if isinstance(exc, PayloadError):
+            about += (exc.detail, exc.message)
+        if isinstance(exc, ValidationFailed):
+            about += (exc.name, exc.message, [c.to_json() for c in exc.causes])
+        return ("raised", *about)
+
+
+def reference_format_time(stamp: datetime) -> str:
+    return stamp.astimezone(UTC).isoformat()[:-6] + "Z"
+
+
+ZONES = st.one_of(
+    st.none(),
+    st.just(UTC),
+    st.builds(
+        timezone, st.timedeltas(min_value=timedelta(hours=-23), max_value=timedelta(hours=23))
+    ),
+)
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(st.datetimes(timezones=ZONES))
+def test_format_time_is_the_utc_isoformat(stamp: datetime) -> None:
+    assert outcome(format_time, stamp) == outcome(reference_format_time, stamp)
+
+
+JSON_TYPES = {
+    type(None): "null",
+    bool: "boolean",
+    int: "number",
+    float: "number",
+    str: "string",
+    list: "array",
+}
+
+
+def json_type(value: Any) -> str:
+    return JSON_TYPES.get(type(value), "object")
+
+
+def _reference_reject_constant(name: str) -> Any:
+    raise PayloadError(f"body is not valid JSON: {name} is not a JSON value")
+
+
+_REFERENCE_DECODER = json.JSONDecoder(parse_constant=_reference_reject_constant)
+
+
+def reference_decode(raw: bytes) -> dict[str, Any]:
+    """decode_payload as it was: the decoder's own decode, then the checks."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PayloadError(f"body is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        payload = _REFERENCE_DECODER.decode(text)
+    except json.JSONDecodeError as exc:
+        if text.startswith("\ufeff"):
+            raise PayloadError("body starts with a byte order mark") from None
+        raise PayloadError(f"body is not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # integers past 4300 digits, deep nesting
+        raise PayloadError(f"body cannot be decoded: {exc}") from None
+    if type(payload) is not dict:
+        raise PayloadError(f"body must be a JSON object, got {json_type(payload)}")
+    return payload
+
+
+JSON_VALUES = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=5),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@st.composite
+def bodies(draw: st.DrawFn) -> bytes:
+    """JSON texts, mostly objects, as written and then now and then spoiled: whitespace
+    or a byte order mark around them, junk after them, cut short, a NaN, a bad byte."""
+    value = draw(st.one_of(st.dictionaries(st.text(max_size=3), JSON_VALUES), JSON_VALUES))
+    separators = draw(st.sampled_from([(", ", ": "), (",", ":"), (" ,\n", " :\t")]))
+    text = json.dumps(value, separators=separators, ensure_ascii=draw(st.booleans()))
+    spoil = draw(st.integers(0, 9))
+    if spoil == 0:
+        text = draw(st.sampled_from([" ", "\n", "\ufeff", "\t\r"])) + text
+    elif spoil == 1:
+        text += draw(st.sampled_from([" ", "\n", " x", "{}", "]", " NaN"]))
+    elif spoil == 2:
+        text = text[: draw(st.integers(0, len(text)))]
+    elif spoil == 3:
+        at = draw(st.integers(0, len(text)))
+        text = text[:at] + draw(st.sampled_from(["NaN", "Infinity", "-Infinity"])) + text[at:]
+    raw = text.encode("utf-8", "surrogatepass")
+    if spoil == 4:
+        at = draw(st.integers(0, len(raw)))
+        raw = raw[:at] + draw(st.sampled_from([b"\xff", b"\xc3", b"\xed\xa0\x80"])) + raw[at:]
+    return raw
+
+
+@settings(max_examples=600, deadline=None, database=None)
+@given(bodies())
+def test_bodies_decode_as_json_decodes_them(raw: bytes) -> None:
+    assert outcome(decode_payload, raw) == outcome(reference_decode, raw)
+
+
+def _nested(depth: int, kind: str) -> bytes:
+    opening = {"arrays": "[", "objects": '{"a":', "both": '[{"a":'}[kind]
+    closing = {"arrays": "]", "objects": "}", "both": "}]"}[kind]
+    return ('{"x":' + opening * depth + "1" + closing * depth + "}").encode()
+
+
+@pytest.mark.parametrize("kind", ["arrays", "objects", "both"])
+def test_deep_bodies_fail_at_the_depth_json_decode_fails_at(kind: str) -> None:
+    # The deepest body the reference decodes from here, then the bodies about it.
+    low, high = 1, sys.getrecursionlimit()
+    while low < high:
+        middle = (low + high + 1) // 2
+        if outcome(reference_decode, _nested(middle, kind))[0] == "returned":
+            low = middle
+        else:
+            high = middle - 1
+    assert low < sys.getrecursionlimit() - 10
+    for depth in range(low - 3, low + 4):
+        raw = _nested(depth, kind)
+        assert outcome(decode_payload, raw) == outcome(reference_decode, raw), depth
+
+
+def reference_parse(payload: dict[str, Any], received: datetime) -> TrainerStatus | None:
+    """parse_trainer_status by the exact path alone."""
+    status = payload.get("trainerStatus")
+    if status is None:
+        return None
+    if type(status) is not dict:
+        raise PayloadError(f"trainerStatus: must be an object, got {json_type(status)}")
+    return validation._checked_update(status, NAME, received)
+
+
+def reference_json(update: TrainerStatus) -> bytes:
+    obj: dict[str, Any] = {}
+    if update.progress_percentage is not None:
+        obj["progressPercentage"] = update.progress_percentage
+    if update.estimated_remaining_seconds is not None:
+        obj["estimatedRemainingSeconds"] = update.estimated_remaining_seconds
+    if update.metrics is not None:
+        obj["metrics"] = [{"name": name, "value": value} for name, value in update.metrics]
+    obj["lastUpdatedTime"] = reference_format_time(update.last_updated_time)
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def accepted(
+    decode: Callable[[bytes], dict[str, Any]],
+    parse: Callable[[dict[str, Any], datetime], TrainerStatus | None],
+    raw: bytes,
+    received: datetime,
+) -> tuple[Any, ...] | None:
+    """Everything a post's update shows: its fields and their types, its metrics (names
+    interned), its dict, and the update as the writer gets it (json.dumps of its fields)."""
+    update = parse(decode(raw), received)
+    if update is None:
+        return None
+    metrics = update.metrics
+    if metrics is not None:
+        assert all(type(m) is Metric and m.name is sys.intern(m.name) for m in metrics)
+    encoded = update.encoded(received)
+    assert encoded.json == reference_json(update)
+    return (
+        update.progress_percentage,
+        update.estimated_remaining_seconds,
+        metrics,
+        update.last_updated_time,
+        update.last_updated_time.tzinfo,
+        update.to_json(),
+        encoded.json,
+        encoded.last_updated_time,
+        encoded.received,
+        update,
+        hash(update),
+    )
+
+
+def fast_parse(payload: dict[str, Any], received: datetime) -> TrainerStatus | None:
+    return parse_trainer_status(payload, trainjob=NAME, received=received)
+
+
+# Characters the one pass must leave to the exact path, or that sit next to its quotes.
+AWKWARD = [
+    '"',
+    "\\",
+    "\n",
+    "\x00",
+    "\x1f",
+    "\x7f",
+    "é",
+    "\u2028",
+    "😀",
+    "\ud800",
+    '","value":"',
+    '","value":"b"},{"name":"a',  # two metrics' JSON, if its quotes went unseen
+    "}",
+    " ",
+]
+# What the one pass takes in a name or value: printable ASCII but the two JSON escapes.
+PLAIN_ASCII = st.characters(min_codepoint=0x20, max_codepoint=0x7E, exclude_characters='"\\')
+
+
+@st.composite
+def metric_texts(draw: st.DrawFn) -> str:
+    """Names and values the one pass takes, of lengths up to the limit; one in three is
+    an edge instead: empty, one character too long, or with one awkward character."""
+    edge = draw(st.integers(0, 5))
+    size = draw(st.sampled_from([0, 65] if edge == 0 else [1, 2, 7, 63, 64]))
+    text = draw(st.text(alphabet=PLAIN_ASCII, min_size=size, max_size=size))
+    if edge == 1:
+        at = draw(st.integers(0, len(text)))
+        text = text[:at] + draw(st.sampled_from(AWKWARD)) + text[at:]
+    return text
+
+
+@st.composite
+def posted_metric(draw: st.DrawFn) -> Any:
+    kind = draw(st.integers(0, 19))
+    if kind == 0:  # not an object
+        return draw(st.one_of(st.none(), st.integers(), st.text(max_size=3), st.just(["a"])))
+    entries: list[tuple[str, Any]] = []
+    for key in ("name", "value"):
+        if kind == 1 and draw(st.booleans()):
+            continue  # missing
+        if kind == 2 and draw(st.booleans()):
+            entries.append((key, draw(st.one_of(st.none(), st.integers(), st.booleans()))))
+        else:
+            entries.append((key, draw(metric_texts())))
+    if kind == 3:
+        entries.append(("unit", "s"))
+    if kind == 4:
+        entries.reverse()
+    return dict(entries)
+
+
+@st.composite
+def posted_metrics(draw: st.DrawFn) -> list[Any]:
+    """Typical metrics, as many as the limit allows or one more, a few drawn about the
+    edges."""
+    size = draw(st.sampled_from([0, 1, 2, 8, 8, 255, 256, 257]))
+    items: list[Any] = [{"name": f"metric_{i}", "value": f"{i * 0.125:.4f}"} for i in range(size)]
+    if items:
+        for _ in range(draw(st.integers(0, 2))):
+            items[draw(st.integers(0, size - 1))] = draw(posted_metric())
+    return items
+
+
+@st.composite
+def posted_times(draw: st.DrawFn) -> str:
+    """lastUpdatedTime as clients write it, near RECEIVED (some ahead), in every zone and
+    fraction form."""
+    offset = draw(
+        st.one_of(
+            st.timedeltas(min_value=timedelta(days=-3), max_value=timedelta(0)),
+            st.timedeltas(min_value=timedelta(minutes=4), max_value=timedelta(minutes=6)),
+            st.sampled_from([MAX_AHEAD, MAX_AHEAD + timedelta(microseconds=1)]),
+        )
+    )
+    zone = draw(st.sampled_from([UTC, UTC, timezone(timedelta(hours=5, minutes=30))]))
+    stamp = (RECEIVED + offset).astimezone(zone)
+    text = stamp.strftime("%Y-%m-%dT%H:%M:%S")
+    digits = f"{stamp.microsecond:06d}"
+    text += draw(
+        st.sampled_from(["", "." + digits, "." + digits[:3], "." + digits + "789", ".000000"])
+    )
+    if zone is UTC:
+        return text + draw(st.sampled_from(["Z", "Z", "+00:00", "-00:00", "z"]))
+    return text + "+05:30"
+
+
+EDGES: dict[str, st.SearchStrategy[Any]] = {
+    "progressPercentage": st.sampled_from([101, -1, 2**31, True, 5.0, 40.5, "5", None]),
+    "estimatedRemainingSeconds": st.sampled_from([-1, 2**31 - 1, 2**31, False, 1e3, "5", None]),
+    "metrics": st.one_of(st.none(), st.text(max_size=3), st.integers(), st.just({"name": "a"})),
+    "lastUpdatedTime": st.one_of(LAST_UPDATED, st.just(5)),
+}
+
+
+@st.composite
+def posted_statuses(draw: st.DrawFn) -> dict[str, Any]:
+    """A typical post's trainerStatus about the one pass's edges: its keys in any order,
+    some left out, the metrics and time drawn about theirs, and now and then one other
+    field at an edge of its own."""
+    status: dict[str, Any] = {
+        "progressPercentage": draw(st.integers(0, 100)),
+        "estimatedRemainingSeconds": draw(st.integers(0, 2**31 - 1)),
+        "metrics": draw(posted_metrics()),
+        "lastUpdatedTime": draw(posted_times()),
+    }
+    if draw(st.integers(0, 3)) == 0:
+        key = draw(st.sampled_from(sorted(EDGES)))
+        status[key] = draw(EDGES[key])
+    for key in draw(st.lists(st.sampled_from(sorted(status)), max_size=2)):
+        status.pop(key, None)
+    if draw(st.integers(0, 5)) == 0:
+        status["bogusField"] = draw(st.one_of(st.integers(), st.text(max_size=3)))
+    return dict(draw(st.permutations(list(status.items()))))
+
+
+@settings(
+    max_examples=800,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    st.one_of(posted_statuses(), posted_statuses(), trainer_statuses(), mistyped_statuses()),
+    st.sampled_from([(", ", ": "), (",", ":")]),
+    st.sampled_from([RECEIVED, FAR_RECEIVED]),
+)
+@example(ssa(metrics=[{"name": 'x","value":"b"},{"name":"a', "value": "v"}]), (",", ":"), RECEIVED)
+@example(ssa(metrics=[{"name": "x" * 65, "value": "v"}]), (",", ":"), RECEIVED)
+@example(ssa(metrics=[{"name": "", "value": "v"}]), (",", ":"), RECEIVED)
+@example(ssa(metrics=[{"name": "x", "value": "\x7f"}]), (",", ":"), RECEIVED)
+@example(ssa(metrics=[{"value": "v", "name": "x", "unit": 1}] * 256), (",", ":"), RECEIVED)
+@example(ssa(metrics=[{"name": "x", "value": "v"}] * 257), (",", ":"), RECEIVED)
+@example(ssa(lastUpdatedTime="2026-12-02T18:33:25.000000Z"), (",", ":"), RECEIVED)
+@example(ssa(lastUpdatedTime="2026-12-02T18:33:25.5-00:00"), (",", ":"), RECEIVED)
+@example(ssa(lastUpdatedTime=format_time(RECEIVED + MAX_AHEAD)), (",", ":"), RECEIVED)
+@example(
+    ssa(lastUpdatedTime=format_time(RECEIVED + MAX_AHEAD + timedelta(microseconds=1))),
+    (",", ":"),
+    RECEIVED,
+)
+@example(ssa(progressPercentage=101), (",", ":"), RECEIVED)
+@example(ssa(estimatedRemainingSeconds=2**31), (",", ":"), RECEIVED)
+@example(ssa(estimatedRemainingSeconds=2**31 - 1, progressPercentage=0), (",", ":"), RECEIVED)
+@example(ssa(lastUpdatedTime=None, progressPercentage=100), (",", ":"), RECEIVED)
+def test_the_common_case_is_decided_as_the_exact_path_decides(
+    status: dict[str, Any], separators: tuple[str, str], received: datetime
+) -> None:
+    raw = json.dumps({"trainerStatus": status}, separators=separators).encode()
+    fast = outcome(accepted, decode_payload, fast_parse, raw, received)
+    exact = outcome(accepted, reference_decode, reference_parse, raw, received)
+    assert fast == exact
+
+
+@pytest.mark.parametrize("size", [0, 1, 8, 256])
+def test_typical_posts_take_the_one_pass(size: int) -> None:
+    """The one pass is taken (what the test above compares is not the exact path twice)."""
+    status = {
+        "progressPercentage": 42,
+        "estimatedRemainingSeconds": 3600,
+        "metrics": [{"name": f"metric_{i}", "value": f"{i * 0.125:.4f}"} for i in range(size)],
+        "lastUpdatedTime": LUT,
+    }
+    update = validation._plain_update(status, RECEIVED)
+    assert update is not None
+    assert update.encoded(RECEIVED).json == reference_json(update)
+    assert update == validation._checked_update(status, NAME, RECEIVED)

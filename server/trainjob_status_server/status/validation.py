@@ -69,8 +69,9 @@ import math
 import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError, dataclass
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from trainjob_status.contract import GROUP, KIND, MAX_METRIC_CHARS, MAX_METRICS
@@ -173,14 +174,103 @@ class Metric(NamedTuple):
     value: str
 
 
-@dataclass(frozen=True, slots=True)
 class TrainerStatus:
-    """A valid update; ``None`` fields are left out of the written object."""
+    """A valid update; ``None`` fields are left out of the written object. Immutable, and
+    compared, hashed and shown by its four fields, as a frozen dataclass would be.
+
+    The parser's common case hands over the update's JSON, written while it checked the
+    fields (``_written``); ``metrics`` is then read back from that JSON when asked for.
+    The request path never asks: it sends the JSON, and building a tuple per metric
+    would cost as much as the check itself."""
+
+    __match_args__ = (
+        "progress_percentage",
+        "estimated_remaining_seconds",
+        "metrics",
+        "last_updated_time",
+    )
+    __slots__ = (
+        "_json",
+        "_metrics",
+        "estimated_remaining_seconds",
+        "last_updated_time",
+        "progress_percentage",
+    )
 
     progress_percentage: int | None
     estimated_remaining_seconds: int | None
-    metrics: tuple[Metric, ...] | None
+    _metrics: tuple[Metric, ...] | None  # unused when _json is set
     last_updated_time: datetime  # aware, UTC
+    _json: bytes | None  # the compact JSON, when the parser wrote it
+
+    def __init__(
+        self,
+        progress_percentage: int | None,
+        estimated_remaining_seconds: int | None,
+        metrics: tuple[Metric, ...] | None,
+        last_updated_time: datetime,
+    ) -> None:
+        _fill(
+            self, progress_percentage, estimated_remaining_seconds, metrics, last_updated_time, None
+        )
+
+    @classmethod
+    def _written(
+        cls,
+        progress_percentage: int | None,
+        estimated_remaining_seconds: int | None,
+        last_updated_time: datetime,
+        json: bytes,
+    ) -> TrainerStatus:
+        """The update whose compact JSON (``to_json()`` as ``encoded`` writes it) is
+        ``json``, metrics included."""
+        update = _new(cls)
+        _fill(
+            update, progress_percentage, estimated_remaining_seconds, None, last_updated_time, json
+        )
+        return update
+
+    @property
+    def metrics(self) -> tuple[Metric, ...] | None:
+        """The metrics in the post's order, names interned; None if it had none."""
+        if self._json is None:
+            return self._metrics
+        items = json.loads(self._json).get("metrics")
+        if items is None:
+            return None
+        return tuple(Metric(sys.intern(item["name"]), item["value"]) for item in items)
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (
+            self.progress_percentage,
+            self.estimated_remaining_seconds,
+            self.metrics,
+            self.last_updated_time,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TrainerStatus) or other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__qualname__}(progress_percentage={self.progress_percentage!r}, "
+            f"estimated_remaining_seconds={self.estimated_remaining_seconds!r}, "
+            f"metrics={self.metrics!r}, last_updated_time={self.last_updated_time!r})"
+        )
+
+    def __reduce__(self) -> tuple[type[TrainerStatus], tuple[Any, ...]]:
+        return (type(self), self._fields())  # copy and pickle rebuild it from its fields
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def to_json(self) -> dict[str, Any]:
         """The ``trainerStatus`` object as a dict: what ``encoded`` writes as JSON (and what
@@ -190,8 +280,9 @@ class TrainerStatus:
             out["progressPercentage"] = self.progress_percentage
         if self.estimated_remaining_seconds is not None:
             out["estimatedRemainingSeconds"] = self.estimated_remaining_seconds
-        if self.metrics is not None:
-            out["metrics"] = [{"name": name, "value": value} for name, value in self.metrics]
+        metrics = self.metrics
+        if metrics is not None:
+            out["metrics"] = [{"name": name, "value": value} for name, value in metrics]
         out["lastUpdatedTime"] = format_time(self.last_updated_time)
         return out
 
@@ -199,20 +290,66 @@ class TrainerStatus:
         """The update as it waits for its write and is echoed to the client; ``received``
         is when the server received the post that carries it. The JSON is ``to_json()``
         as compact JSON, written out directly: no dict per metric on the way."""
-        parts = []
-        if self.progress_percentage is not None:
-            parts.append(f'"progressPercentage":{self.progress_percentage:d}')
-        if self.estimated_remaining_seconds is not None:
-            parts.append(f'"estimatedRemainingSeconds":{self.estimated_remaining_seconds:d}')
-        if self.metrics is not None:
-            items = ",".join(
-                f'{{"name":{_json_string(name)},"value":{_json_string(value)}}}'
-                for name, value in self.metrics
+        text = self._json
+        if text is None:
+            text = _object_json(
+                self.progress_percentage,
+                self.estimated_remaining_seconds,
+                None if self._metrics is None else _metrics_json(self._metrics),
+                format_time(self.last_updated_time),
             )
-            parts.append(f'"metrics":[{items}]')
-        parts.append(f'"lastUpdatedTime":"{format_time(self.last_updated_time)}"')
-        text = "{" + ",".join(parts) + "}"
-        return EncodedStatus(self.last_updated_time, text.encode(), received)
+        return _encoded_status(self.last_updated_time, text, received)
+
+
+def _slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
+    """How to set the slot ``name`` of an instance of ``cls``, a frozen class (its
+    ``__setattr__`` refuses): by the slot's own descriptor, for less than
+    ``object.__setattr__`` costs, which looks the name up first. Instances are built
+    once per accepted post."""
+    setter: Callable[[Any, Any], None] = cls.__dict__[name].__set__
+    return setter
+
+
+_new = object.__new__
+_set_progress = _slot_setter(TrainerStatus, "progress_percentage")
+_set_remaining = _slot_setter(TrainerStatus, "estimated_remaining_seconds")
+_set_metrics = _slot_setter(TrainerStatus, "_metrics")
+_set_time = _slot_setter(TrainerStatus, "last_updated_time")
+_set_json = _slot_setter(TrainerStatus, "_json")
+
+
+def _fill(
+    update: TrainerStatus,
+    progress_percentage: int | None,
+    estimated_remaining_seconds: int | None,
+    metrics: tuple[Metric, ...] | None,
+    last_updated_time: datetime,
+    json: bytes | None,
+) -> None:
+    _set_progress(update, progress_percentage)
+    _set_remaining(update, estimated_remaining_seconds)
+    _set_metrics(update, metrics)
+    _set_time(update, last_updated_time)
+    _set_json(update, json)
+
+
+def _object_json(
+    progress: int | None, remaining: int | None, metrics: str | None, stamp: str
+) -> bytes:
+    """The compact JSON of a ``trainerStatus`` object from its fields' JSON texts: the
+    keys in ``to_json()``'s order, the absent ones left out."""
+    p = "" if progress is None else f'"progressPercentage":{progress:d},'
+    r = "" if remaining is None else f'"estimatedRemainingSeconds":{remaining:d},'
+    m = "" if metrics is None else f'"metrics":{metrics},'
+    return f'{{{p}{r}{m}"lastUpdatedTime":"{stamp}"}}'.encode()
+
+
+def _metrics_json(metrics: Sequence[tuple[str, str]]) -> str:
+    """A metrics array as compact JSON, for any text."""
+    items = ",".join(
+        f'{{"name":{_json_string(name)},"value":{_json_string(value)}}}' for name, value in metrics
+    )
+    return f"[{items}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +365,21 @@ class EncodedStatus:
     received: datetime  # aware
 
 
+_set_encoded_time = _slot_setter(EncodedStatus, "last_updated_time")
+_set_encoded_json = _slot_setter(EncodedStatus, "json")
+_set_encoded_received = _slot_setter(EncodedStatus, "received")
+
+
+def _encoded_status(last_updated_time: datetime, json: bytes, received: datetime) -> EncodedStatus:
+    """``EncodedStatus(last_updated_time, json, received)``, for less: the frozen
+    dataclass's ``__init__`` sets each field through ``object.__setattr__``."""
+    status = _new(EncodedStatus)
+    _set_encoded_time(status, last_updated_time)
+    _set_encoded_json(status, json)
+    _set_encoded_received(status, received)
+    return status
+
+
 # A JSON string literal as json.dumps writes it by default (ASCII, escapes included): the
 # json module's own encoder for strings, in C where the interpreter has it.
 _json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
@@ -235,8 +387,9 @@ _json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 def format_time(stamp: datetime) -> str:
     """RFC 3339 in UTC with a ``Z``; microseconds only when there are any."""
-    text = stamp.astimezone(UTC).isoformat()
-    return text[:-6] + "Z"  # isoformat of a UTC time ends in "+00:00"
+    if stamp.tzinfo is not UTC:  # astimezone would return a UTC time as it is
+        stamp = stamp.astimezone(UTC)
+    return stamp.isoformat()[:-6] + "Z"  # isoformat of a UTC time ends in "+00:00"
 
 
 # -- decoding -------------------------------------------------------------------------
@@ -255,17 +408,39 @@ def decode_payload(raw: bytes) -> dict[str, Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PayloadError(f"body is not valid UTF-8 (byte {exc.start})") from None
-    try:
-        payload = _DECODER.decode(text)
-    except json.JSONDecodeError as exc:
-        if text.startswith("\ufeff"):
-            raise PayloadError("body starts with a byte order mark") from None
-        raise PayloadError(f"body is not valid JSON: {exc}") from None
-    except (ValueError, RecursionError) as exc:  # integers past 4300 digits, deep nesting
-        raise PayloadError(f"body cannot be decoded: {exc}") from None
+    payload = _whole_value(text)
+    if payload is _NOT_WHOLE:  # decode again, for its exact error
+        try:
+            payload = _DECODER.decode(text)
+        except json.JSONDecodeError as exc:
+            if text.startswith("\ufeff"):
+                raise PayloadError("body starts with a byte order mark") from None
+            raise PayloadError(f"body is not valid JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # integers past 4300 digits, deep nesting
+            raise PayloadError(f"body cannot be decoded: {exc}") from None
     if type(payload) is not dict:
         raise PayloadError(f"body must be a JSON object, got {_json_type(payload)}")
     return payload
+
+
+_NOT_WHOLE = object()
+
+
+def _whole_value(text: str) -> Any:
+    """What ``_DECODER.decode(text)`` returns when ``text`` is one JSON value from its
+    first character to its last (as JSON libraries write it), without decode's two scans
+    for whitespace; ``_NOT_WHOLE`` for any other text, and any that fails to decode.
+
+    The scanner runs as many Python frames deep as under decode (decode_payload,
+    _whole_value, raw_decode here; decode_payload, decode, raw_decode there): Python 3.11
+    counts frames and nesting levels against one recursion limit, so a deeply nested body
+    fails, or decodes, as it does there.
+    """
+    try:
+        value, end = _DECODER.raw_decode(text)
+    except (ValueError, RecursionError):
+        return _NOT_WHOLE
+    return value if end == len(text) else _NOT_WHOLE
 
 
 # -- parsing and validation -----------------------------------------------------------
@@ -276,15 +451,65 @@ def parse_trainer_status(
 ) -> TrainerStatus | None:
     """The update a decoded body asks for, or None if it asks for none.
 
-    ``received`` (aware) stamps a missing ``lastUpdatedTime`` and bounds a given one.
-    Raises PayloadError for a wrong JSON type, ValidationFailed (named for ``trainjob``)
-    with every cause for what the CRD, or our time rules, refuse.
+    ``payload`` is what ``decode_payload`` returns (JSON's types only: the common case
+    relies on it). ``received`` (aware) stamps a missing ``lastUpdatedTime`` and bounds a
+    given one. Raises PayloadError for a wrong JSON type, ValidationFailed (named for
+    ``trainjob``) with every cause for what the CRD, or our time rules, refuse.
     """
     status = payload.get("trainerStatus")
     if status is None:
         return None
     if type(status) is not dict:
         raise PayloadError(_type_detail("trainerStatus", "an object", status))
+    update = _plain_update(status, received)
+    if update is not None:
+        return update
+    return _checked_update(status, trainjob, received)
+
+
+def _plain_update(status: dict[str, Any], received: datetime) -> TrainerStatus | None:
+    """The update of a ``trainerStatus`` whose every field is plainly valid, its JSON
+    written on the way; None when any field needs ``_checked_update``'s closer look
+    (which may still find it valid).
+
+    Plainly valid: the integers are ints in range, every metric a name and a value of 1
+    to 64 printable ASCII characters other than quote and backslash (which JSON writes
+    as they are), the time in the form ``_plain_time`` reads and not ahead. Most posts
+    are; for those this one pass replaces the key-by-key walk, its checks in Python per
+    metric and a second pass to write the JSON. Nothing is refused here, so the order of
+    the keys, which only errors depend on, does not matter.
+    """
+    progress = status.get("progressPercentage")
+    if progress is not None and (type(progress) is not int or not 0 <= progress <= 100):
+        return None
+    remaining = status.get("estimatedRemainingSeconds")
+    if remaining is not None and (type(remaining) is not int or not 0 <= remaining <= _I32_MAX):
+        return None
+    metrics = status.get("metrics")
+    metrics_json = None
+    if metrics is not None:
+        metrics_json = _plain_metrics_json(metrics)
+        if metrics_json is None:
+            return None
+    text = status.get("lastUpdatedTime")
+    if text is None:
+        stamp = received.astimezone(UTC)
+        stamp_json = format_time(stamp)
+    else:
+        if type(text) is not str:
+            return None
+        plain = _plain_time(text)
+        if plain is None or plain > received + MAX_AHEAD:
+            return None
+        stamp = plain
+        stamp_json = _utc_text(text) or format_time(stamp)
+    written = _object_json(progress, remaining, metrics_json, stamp_json)
+    return TrainerStatus._written(progress, remaining, stamp, written)
+
+
+def _checked_update(status: dict[str, Any], trainjob: str, received: datetime) -> TrainerStatus:
+    """The update of any ``trainerStatus`` object, every field checked in the body's order
+    of keys; raises for the first wrong JSON type, or with every cause."""
     progress: int | None = None
     remaining: int | None = None
     metrics: tuple[Metric, ...] | None = None
@@ -448,6 +673,42 @@ def _metrics(value: Any, causes: list[Cause]) -> tuple[Metric, ...]:
     return tuple(out)
 
 
+# A metric's name and value as a pair, taken in C: KeyError for a missing one, TypeError
+# for an item that is not an object.
+_NAME_AND_VALUE = itemgetter("name", "value")
+_BETWEEN_NAME_AND_VALUE = '","value":"'.join
+# A name or value that JSON writes as it is, within the CRD's lengths: printable ASCII but
+# " and \ (encode_basestring_ascii escapes those two and the control characters).
+_PLAIN_TEXT = rf"[ !#-\[\]-~]{{1,{_MAX_STRING}}}"
+_PLAIN_METRIC = rf'\{{"name":"{_PLAIN_TEXT}","value":"{_PLAIN_TEXT}"\}}'
+_PLAIN_METRICS = re.compile(rf"\[{_PLAIN_METRIC}(?:,{_PLAIN_METRIC})*\]\Z")
+
+
+def _plain_metrics_json(items: Any) -> str | None:
+    """The compact JSON of ``metrics`` when it is at most 256 plainly valid metrics (see
+    ``_plain_update``); None otherwise.
+
+    The JSON is written first, as it would be for plain texts, and then read: a name or
+    value with a quote of its own would add a quote (each metric's JSON has 8 of ours),
+    so with the count right every text lies between our quotes, where the pattern checks
+    its characters and length. One pass of C per step, not Python code per metric.
+    """
+    if type(items) is not list or len(items) > _MAX_METRICS:
+        return None
+    if not items:
+        return "[]"
+    try:
+        pairs = map(_BETWEEN_NAME_AND_VALUE, map(_NAME_AND_VALUE, items))
+        text = '[{"name":"' + '"},{"name":"'.join(pairs) + '"}]'
+    except (KeyError, TypeError):  # no name or value, a null, not a string, not an object
+        return None
+    # isascii first: it costs nothing (a flag of the string) and turns away at once the
+    # posts with non-ASCII names, which the exact path writes with escapes.
+    if not text.isascii() or text.count('"') != 8 * len(items):
+        return None
+    return text if _PLAIN_METRICS.match(text) is not None else None
+
+
 def _metric(item: dict[str, Any], index: int, causes: list[Cause]) -> Metric | None:
     found: dict[str, str] = {}
     for key, text in item.items():
@@ -515,17 +776,45 @@ _COMMON = re.compile(
 )
 
 
+def _plain_time(text: str) -> datetime | None:
+    """The UTC instant of a date-time in the common form that datetime reads; None for
+    any other text, which only ``_date_time`` can judge."""
+    if _COMMON.match(text) is None:
+        return None
+    try:
+        return datetime.fromisoformat(text).astimezone(UTC)
+    except (ValueError, OverflowError):
+        return None  # hour 24, year 0, an offset of a day or more, ...
+
+
+def _utc_text(text: str) -> str | None:
+    """``format_time`` of the instant of ``text``, a time ``_plain_time`` read, when
+    ``text`` already spells it (UTC, whole seconds or six fraction digits not all zero),
+    as Go's RFC 3339 and Python's isoformat() of a UTC time do: no need to format it
+    again. None otherwise."""
+    # _COMMON read "YYYY-MM-DDTHH:MM:SS" (19 characters), then any fraction and the zone.
+    if len(text) == 20:  # no fraction, "Z"
+        return text
+    if text[-1] == "Z":
+        body = text[:-1]
+    elif text.endswith(("+00:00", "-00:00")):
+        body = text[:-6]
+    else:
+        return None
+    if len(body) == 19 or (len(body) == 26 and body[20:] != "000000"):
+        return body + "Z"
+    return None
+
+
 def _date_time(text: str, causes: list[Cause]) -> datetime | None:
     """The UTC instant of a valid date-time; None, and maybe a cause, otherwise.
 
     None without a cause is a valid date-time outside years 1..9999 UTC (our own rule,
     reported by the caller only if the CRD's rules would run).
     """
-    if _COMMON.match(text) is not None:
-        try:
-            return datetime.fromisoformat(text).astimezone(UTC)
-        except (ValueError, OverflowError):
-            pass  # hour 24, year 0, an offset of a day or more, ...: the exact path decides
+    plain = _plain_time(text)
+    if plain is not None:
+        return plain
     match = _DATE_TIME.match(text)
     if match is not None:
         year, month, day, hour, minute, second, frac, sign, off_h, off_m = match.groups()
