@@ -13,8 +13,6 @@ import ssl
 
 from aiohttp import web
 
-from trainjob_status.contract import STATUS_PATH
-
 from .auth import Authenticator, TokenAuthenticator
 from .budgets import Budgets
 from .certificates import certs
@@ -23,10 +21,11 @@ from .certificates.tls import ReloadingTLS
 from .config import Config
 from .failures import Unavailable
 from .http import errors
+from .http.answering import no_server_header
 from .http.endpoint import StatusEndpoint
 from .http.listener import CappedSite, Limits
 from .http.metricsauth import MetricsGuard, VerdictCache
-from .http.middleware import no_server_header, status_errors
+from .http.serving import ServingHandler
 from .http.webhook import INJECT_PATH, InjectorSettings, JobSetSteps, PodInjector
 from .kube.cache import WatchCache
 from .kube.client import KubeClient
@@ -131,7 +130,7 @@ class StatusServer:
             else None
         )
         self.shutting_down = False
-        self._serving: web.AppRunner | None = None
+        self._serving: web.ServerRunner | None = None
         self._metrics: web.AppRunner | None = None
         self._probes: web.AppRunner | None = None
         self._site: CappedSite | None = None
@@ -150,26 +149,24 @@ class StatusServer:
         except KubeUnavailable as exc:
             raise Unavailable.of(exc) from exc
 
-    async def _healthz(self, _request: web.Request) -> web.Response:
+    async def _healthz(self, _request: web.BaseRequest) -> web.Response:
         return errors.Answer(text="ok")
 
-    async def _readyz(self, _request: web.Request) -> web.Response:
+    async def _readyz(self, _request: web.BaseRequest) -> web.Response:
         if self.ready:
             return errors.Answer(text="ok")
         return errors.Answer(status=503, text="not ready")
 
     # -- apps ------------------------------------------------------------------------
 
-    def serving_app(self) -> web.Application:
-        not_posts = ("/healthz", "/readyz", INJECT_PATH)
-        app = web.Application(middlewares=[status_errors(not_posts)], client_max_size=2**20)
-        # Its answers are errors.Answer: no Server header, no signal per post.
-        app.router.add_post(STATUS_PATH, self.endpoint.handle)
-        if self.injector is not None:
-            app.router.add_post(INJECT_PATH, self.injector.handle)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        return app
+    def serving_handler(self) -> ServingHandler:
+        """The serving port's routes. Its answers are errors.Answer: no Server header."""
+        return ServingHandler(
+            self.endpoint.handle,
+            gets={"/healthz": self._healthz, "/readyz": self._readyz},
+            posts={} if self.injector is None else {INJECT_PATH: self.injector.handle},
+            uncounted=("/healthz", "/readyz", INJECT_PATH),
+        )
 
     def metrics_app(self) -> web.Application:
         guarded = [] if self.metrics_guard is None else [self.metrics_guard.middleware]
@@ -210,7 +207,7 @@ class StatusServer:
 
     async def _listen(
         self,
-        runner: web.AppRunner,
+        runner: web.BaseRunner,
         port: int,
         tls: ssl.SSLContext | None,
         connections: tuple[int, int],
@@ -268,15 +265,17 @@ class StatusServer:
                 self.exporter.add_cache(self.token_auth.binding.pods)
         if self.tls is not None:
             await self.tls.start()
-        self._serving = web.AppRunner(
-            self.serving_app(),
-            access_log=None,
+        self._serving = web.ServerRunner(
+            web.Server(
+                self.serving_handler(),
+                access_log=None,
+                keepalive_timeout=config.idle_timeout,
+                lingering_time=LINGER_SECONDS,
+                # Bodies are decoded by the endpoint (http/codings.py): a bad one is a 400.
+                auto_decompress=False,
+            ),
             handle_signals=False,
-            keepalive_timeout=config.idle_timeout,
             shutdown_timeout=config.shutdown_timeout,
-            lingering_time=LINGER_SECONDS,
-            # Bodies are decoded by the endpoint (http/codings.py), where a bad one is a 400.
-            auto_decompress=False,
         )
         self._site = await self._listen(
             self._serving,

@@ -2,8 +2,9 @@
 authenticator, the TrainJob look-up and the writer raise each domain failure, and a real
 socket carries the exact answer back; nothing is written on any refusal.
 
-The serving app is composed as ``StatusServer.serving_app`` composes it (the endpoint
-behind the status-errors middleware), so what is asserted here is what a pod reads.
+The serving port is composed as ``StatusServer.serving_handler`` composes it (the
+endpoint behind ``ServingHandler``, on aiohttp's low-level server), so what is asserted
+here is what a pod reads.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import RawTestServer, TestClient
 
 from trainjob_status.contract import STATUS_PATH
 from trainjob_status_server import failures
@@ -34,8 +35,9 @@ from trainjob_status_server.failures import (
     WriteFailed,
 )
 from trainjob_status_server.http import errors
+from trainjob_status_server.http.answering import POSTER
 from trainjob_status_server.http.endpoint import StatusEndpoint
-from trainjob_status_server.http.middleware import POSTER, status_errors
+from trainjob_status_server.http.serving import ServingHandler
 from trainjob_status_server.status.validation import EncodedStatus, PayloadError, ValidationFailed
 
 NS, TJ = "team-a", "tj"
@@ -98,15 +100,13 @@ async def post(rig: Rig) -> AsyncIterator[Post]:
         clock=lambda: RECEIVED,
     )
 
-    async def handle(request: web.Request) -> web.StreamResponse:
+    async def handle(request: web.BaseRequest, namespace: str, name: str) -> web.StreamResponse:
         try:
-            return await endpoint.handle(request)
+            return await endpoint.handle(request, namespace, name)
         finally:
             rig.seen.append(request.get(POSTER))
 
-    app = web.Application(middlewares=[status_errors(())])
-    app.router.add_post(STATUS_PATH, handle)
-    async with TestClient(TestServer(app)) as client:
+    async with TestClient(RawTestServer(ServingHandler(handle, gets={}))) as client:
 
         async def send(
             body: Any = None, *, raw: bytes | None = None

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import RawTestServer, TestClient
 from prometheus_client import REGISTRY
 
 from trainjob_devcluster import DevCluster
 from trainjob_status.contract import URL_ENV
 from trainjob_status_server.app import TRAINJOB_ABSENT_SECONDS
-from trainjob_status_server.http.middleware import status_errors
+from trainjob_status_server.http.serving import ServingHandler
 from trainjob_status_server.http.webhook import (
     INJECT_PATH,
     InjectorSettings,
@@ -110,6 +110,12 @@ async def standin(tmp_path: Path) -> AsyncIterator[StandIn]:
     await server.stop()
 
 
+async def no_status_posts(
+    _request: web.BaseRequest, namespace: str, name: str
+) -> web.StreamResponse:
+    raise AssertionError(f"the webhook's rig serves no status posts ({namespace}/{name})")
+
+
 async def make_rig(
     cluster: DevCluster,
     standin: StandIn,
@@ -137,9 +143,10 @@ async def make_rig(
             if "jobsets" not in standin.stall and "jobsets" not in standin.refuse_list:
                 await jobsets.jobsets.wait_synced()
         injector = PodInjector(settings, trainjobs, jobsets)
-        app = web.Application(middlewares=[status_errors([INJECT_PATH])])
-        app.router.add_post(INJECT_PATH, injector.handle)
-        async with TestClient(TestServer(app)) as client:
+        serving = ServingHandler(
+            no_status_posts, gets={}, posts={INJECT_PATH: injector.handle}, uncounted=[INJECT_PATH]
+        )
+        async with TestClient(RawTestServer(serving)) as client:
             yield Rig(cluster, standin, injector, client)
         if jobsets is not None:
             await jobsets.stop()

@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import pytest_asyncio
-from aiohttp import web
 
 from trainjob_devcluster import DevCluster
 from trainjob_status.contract import CA_CERT_ENV, GROUP, TOKEN_ENV, URL_ENV
@@ -58,23 +57,11 @@ from .test_webhook_support import (
 HERE = "trainjob-status"
 
 
-class InjectingServer(StatusServer):
-    """The server with the injector on its serving app: the wiring app.py gets."""
-
-    injector: PodInjector | None = None
-
-    def serving_app(self) -> web.Application:
-        app = super().serving_app()
-        assert self.injector is not None
-        app.router.add_post(INJECT_PATH, self.injector.handle)
-        return app
-
-
 @dataclass
 class Chain:
     cluster: DevCluster
     standin: StandIn
-    server: InjectingServer
+    server: StatusServer
     bootstrap: CertBootstrap
     distribution: CADistribution
     session: aiohttp.ClientSession
@@ -109,10 +96,11 @@ async def chain(devcluster: DevCluster, config: Config, tmp_path: Path) -> Async
         served = replace(
             config, tls_cert_file=cert_settings.cert_file, tls_key_file=cert_settings.key_file
         )
-        server = InjectingServer(served, auth)
+        server = StatusServer(served, auth)
         settings = InjectorSettings()
         steps = JobSetSteps(standin_kube, settings.selector)
         await steps.start()
+        # Before it starts: the serving port routes the webhook to the injector it has.
         server.injector = PodInjector(settings, server.trainjobs, steps)
         distribution = CADistribution(kube, server.trainjobs, cert_settings.ca_file)
         async with server:

@@ -2,7 +2,7 @@
 
 It decides nothing itself: sizes, identities, payload rules and write outcomes come from
 the components and pure functions it calls, and their refusals (``failures.Failure``)
-are answered by the middleware through ``errors.answer_for``.
+are answered through ``errors.answer_for`` (``answering.answer``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.http import HttpVersion11
 
 from ..auth import Authenticator
 from ..config import MAX_BODY_BYTES
@@ -23,7 +24,7 @@ from ..failures import TrainJobNotFound
 from ..status import validation
 from ..status.validation import EncodedStatus
 from . import codings, errors
-from .middleware import POSTER, TRAINJOB
+from .answering import POSTER, TRAINJOB
 
 Exists = Callable[[str, str], Awaitable[bool]]
 Write = Callable[[str, str, EncodedStatus], Awaitable[None]]
@@ -44,10 +45,11 @@ class StatusEndpoint:
     read_timeout: float
     clock: Clock = utc_now
 
-    async def handle(self, request: web.Request) -> web.Response:
+    async def handle(self, request: web.BaseRequest, namespace: str, name: str) -> web.Response:
+        """The answer to a post to the status path of ``namespace/name``."""
         # Interned: the writer keys a waiting update by them, the caches hold one copy.
-        namespace = sys.intern(request.match_info["namespace"])
-        name = sys.intern(request.match_info["name"])
+        namespace = sys.intern(namespace)
+        name = sys.intern(name)
         request[TRAINJOB] = f"{namespace}/{name}"
         received = self.clock()
         if (request.content_length or 0) > MAX_BODY_BYTES:
@@ -75,7 +77,7 @@ class StatusEndpoint:
 
 
 async def read_body(
-    request: web.Request, limit: int, seconds: float, coding: str | None = None
+    request: web.BaseRequest, limit: int, seconds: float, coding: str | None = None
 ) -> bytes:
     """The body, at most ``limit`` bytes whether announced or chunked (413 beyond), within
     ``seconds`` of the first wait for it (408 for a client that stalls), with ``coding``
@@ -95,7 +97,7 @@ async def read_body(
     return decoded
 
 
-async def _read_raw(request: web.Request, limit: int, seconds: float) -> bytes:
+async def _read_raw(request: web.BaseRequest, limit: int, seconds: float) -> bytes:
     stream = request.content
     deadline: float | None = None
     chunks: list[bytes] = []
@@ -109,6 +111,8 @@ async def _read_raw(request: web.Request, limit: int, seconds: float) -> bytes:
         if not chunk and not stream.at_eof():
             if deadline is None:
                 deadline = asyncio.get_running_loop().time() + seconds
+                if expects_continue(request):
+                    await _send_continue(request)
             try:
                 async with asyncio.timeout_at(deadline):
                     chunk = await stream.readany()
@@ -120,6 +124,22 @@ async def _read_raw(request: web.Request, limit: int, seconds: float) -> bytes:
         if size > limit:
             raise errors.payload_too_large()
         chunks.append(chunk)
+
+
+def expects_continue(request: web.BaseRequest) -> bool:
+    """Whether the client waits for ``100 Continue`` before it sends the body."""
+    expect = request.headers.get(hdrs.EXPECT)
+    return (
+        expect is not None and request.version >= HttpVersion11 and expect.lower() == "100-continue"
+    )
+
+
+async def _send_continue(request: web.BaseRequest) -> None:
+    """The interim ``100 Continue``: what the client waits for before it sends the body."""
+    writer = request.writer
+    await writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    # Not part of the answer: the connection may still carry a refusal of this request.
+    writer.output_size = 0
 
 
 def json_response(body: dict[str, Any]) -> web.Response:

@@ -146,6 +146,11 @@ def headers_too_large() -> StatusError:
     return StatusError(431, "RequestHeaderFieldsTooLarge", "Request header fields too large")
 
 
+def expectation_failed() -> StatusError:
+    """An ``Expect`` header other than 100-continue: the expectation cannot be met."""
+    return StatusError(417, "ExpectationFailed", "Only the expectation 100-continue is supported")
+
+
 def refused_by_aiohttp(code: int, reason: str) -> StatusError:
     """One of aiohttp's own refusals (e.g. a malformed request line): its code kept."""
     return StatusError(code, reason, reason)

@@ -121,7 +121,7 @@ class PodInjector:
         for result in injection.RESULTS:
             INJECTIONS.labels(result=result)  # every series exists from the start, at 0
 
-    async def handle(self, request: web.Request) -> web.Response:
+    async def handle(self, request: web.BaseRequest) -> web.Response:
         uid = ""
         outcome = injection.ERROR
         patch: injection.Patch = []

@@ -1,11 +1,11 @@
-"""The serving app's middleware: request ids, one log line per request, errors as Status,
-and the request counter and duration histogram.
+"""How every request of the serving port is answered: request ids, one log line per
+request, errors as Status, and the request counter and duration histogram.
 
-A refusal of the domain (``failures.Failure``) is answered as ``errors.answer_for`` says.
-Unknown paths and methods become the peer's 404 "Not found"; an unexpected exception
-becomes 500 "Internal error" and is logged with its traceback (never with a header).
-Answers below 400 are logged at debug (thousands a second are normal and the metrics
-count them); refusals and failures at info, so a default log shows every one of them.
+A refusal of the domain (``failures.Failure``) is answered as ``errors.answer_for`` says;
+an unexpected exception becomes 500 "Internal error" and is logged with its traceback
+(never with a header). Answers below 400 are logged at debug (thousands a second are
+normal and the metrics count them); refusals and failures at info, so a default log
+shows every one of them. ``serving.ServingHandler`` routes each request here.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ import logging
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 
 from ..auth import Identity
 from ..failures import Failure
@@ -32,13 +31,11 @@ TRAINJOB = web.RequestKey("trainjob", str)
 POSTER = web.RequestKey("poster", Identity)
 """Who a post is from, once the authenticator has vouched for it."""
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
 # A caller's request id is kept only if it cannot break or forge a log line.
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 # Answers after which the connection may hold unread body bytes: close it.
-_CLOSE_AFTER = frozenset({400, 408, 413, 415})
+_CLOSE_AFTER = frozenset({400, 408, 413, 415, 417})
 
 
 def new_request_id() -> str:
@@ -57,36 +54,26 @@ async def no_server_header(_request: web.Request, response: web.StreamResponse) 
     response.headers.popall("Server", None)
 
 
-def status_errors(not_posts: Collection[str]) -> Middleware:
-    """The middleware; requests for the paths in ``not_posts`` (probes, the webhook) are
-    logged but neither counted nor timed as status posts."""
-    uncounted = frozenset(not_posts)
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        return await _answer(request, handler, request.path not in uncounted)
-
-    return middleware
-
-
-async def _answer(request: web.Request, handler: Handler, counted: bool) -> web.StreamResponse:
+async def answer(
+    request: web.BaseRequest, handling: Awaitable[web.StreamResponse], counted: bool
+) -> web.StreamResponse:
+    """The answer to ``request``: what ``handling`` (its handler's coroutine, not started
+    yet) returns, or the Status its failure calls for. A ``counted`` request (a status
+    post, or a request for no route) is counted and timed as a post; probes and the
+    webhook are logged only."""
     request_id = request.headers.get("X-Request-Id", "")
     if not _REQUEST_ID.fullmatch(request_id):
         request_id = new_request_id()
     request[REQUEST_ID] = request_id
     started = time.perf_counter()
     try:
-        response = await handler(request)
+        response = await handling
     except errors.StatusError as exc:
         response = exc.response()
     except Failure as failure:
         response = errors.answer_for(failure).response()
-    except web.HTTPNotFound:
-        response = errors.not_found().response()
-    except web.HTTPMethodNotAllowed:
-        response = errors.not_found().response()
     except web.HTTPException as exc:
-        # aiohttp's own refusals (e.g. a malformed request line) keep their code.
+        # aiohttp's own refusals, raised by what a handler calls, keep their code.
         response = errors.refused_by_aiohttp(exc.status, exc.reason).response()
     except Exception:
         log.exception("request failed", extra={"request_id": request_id})
