@@ -27,10 +27,13 @@ measured window must answer every post 2xx: one that does not is printed loudly 
 run exits 1. The report: per server the median posts/s and server CPU per post (its CPU
 seconds over the posts answered) over the rounds; ours over the faster bare handler in
 each round; the ratio of the medians, with the rounds' min and max as the run's noise.
-Needs ``wrk`` (apt-get install wrk) and ``taskset``.
+``--against CHECKOUT`` adds, to the same rounds, the server of another checkout of this
+repository (``git worktree add /tmp/base COMMIT``): its CPU per post over ours, by round
+and of the medians, tells a change's effect apart from the machine's drift. Needs
+``wrk`` (apt-get install wrk) and ``taskset``.
 
     .venv/bin/python bench/ingest_accept.py [--seconds 10] [--connections 32] [--rounds 3]
-        [--warm-seconds 2] [--auth token|accept-all] [--smoke]
+        [--warm-seconds 2] [--auth token|accept-all] [--against CHECKOUT] [--smoke]
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import asyncio
 import dataclasses
 import importlib.util
 import json
+import os
 import shutil
 import ssl
 import statistics
@@ -289,8 +293,8 @@ def wait_answering(target: Target, token: str, context: ssl.SSLContext) -> None:
         time.sleep(0.2)
 
 
-def report(targets: list[Target], ours: Target, rounds: int) -> None:
-    bare = [t for t in targets if t is not ours]
+def report(targets: list[Target], ours: Target, rounds: int, theirs: Target | None) -> None:
+    bare = [t for t in targets if t is not ours and t is not theirs]
     width = max(len(t.name) for t in targets)
     print()
     print(f"medians of {rounds} round{'s' if rounds > 1 else ''}:")
@@ -321,6 +325,15 @@ def report(targets: list[Target], ours: Target, rounds: int) -> None:
         f"per round min {min(ratios):.3f}, max {max(ratios):.3f} "
         f"(noise {max(ratios) - min(ratios):.3f})"
     )
+    if theirs is not None:
+        by_cpu = [
+            theirs.windows[r].us_per_post / ours.windows[r].us_per_post for r in range(rounds)
+        ]
+        print(
+            f"ours against {theirs.name}: CPU per post there / here "
+            f"{theirs.median('us_per_post') / ours.median('us_per_post'):.3f} of the medians; "
+            "by round " + "  ".join(f"{r}: {ratio:.3f}" for r, ratio in enumerate(by_cpu, 1))
+        )
 
 
 def main(args: argparse.Namespace) -> None:
@@ -336,7 +349,7 @@ def main(args: argparse.Namespace) -> None:
         script.write_text(post_script(BODY, token))
         tls = (str(work / "tls.crt"), str(work / "tls.key"))
 
-        def start(name: str, child: list[str]) -> Target:
+        def start(name: str, child: list[str], env: dict[str, str] | None = None) -> Target:
             port = free_port()
             log = work / f"server-{port}.log"
             with log.open("wb") as sink:
@@ -345,6 +358,7 @@ def main(args: argparse.Namespace) -> None:
                     cpu=SERVER_CPU,
                     stdout=subprocess.DEVNULL,
                     stderr=sink,
+                    env=env,
                 )
             return Target(name, proc, port, log)
 
@@ -355,6 +369,19 @@ def main(args: argparse.Namespace) -> None:
         checks = "token checks" if args.auth == "token" else "accept-all"
         ours = start(f"ingest server ({checks}, coalescing writer)", ["--ingest", tmp, args.auth])
         targets.append(ours)
+        theirs = None
+        if args.against is not None:
+            # The same server process, built from another checkout's three packages.
+            other = Path(args.against).resolve()
+            packages = os.pathsep.join(
+                str(other / part) for part in ("client", "server", "devcluster")
+            )
+            theirs = start(
+                f"ingest server at {other.name}",
+                ["--ingest", tmp, args.auth],
+                {**os.environ, "PYTHONPATH": packages},
+            )
+            targets.append(theirs)
         context = ssl.create_default_context(cafile=str(work / "ca.crt"))
         for target in targets:
             wait_answering(target, token, context)
@@ -392,7 +419,7 @@ def main(args: argparse.Namespace) -> None:
                         "posts answered non-2xx: this window's figures are not valid posts",
                         flush=True,
                     )
-        report(targets, ours, args.rounds)
+        report(targets, ours, args.rounds, theirs)
         print(
             f"wrk -t1 -c{args.connections} on CPU {LOAD_CPU} with the devcluster; servers "
             f"under test on CPU {SERVER_CPU}; {args.seconds:.0f} s per window"
@@ -423,6 +450,12 @@ if __name__ == "__main__":
         )
         parser.add_argument(
             "--auth", choices=AUTH_MODES, default="token", help="our server's token checks"
+        )
+        parser.add_argument(
+            "--against",
+            metavar="CHECKOUT",
+            help="also measure the server of another checkout (e.g. a git worktree of an "
+            "older commit) in the same rounds, and print its CPU per post against ours",
         )
         main(
             parse_args(parser, {"seconds": 1.0, "connections": 4, "rounds": 1, "warm_seconds": 0.0})
