@@ -29,11 +29,14 @@ seconds over the posts answered) over the rounds; ours over the faster bare hand
 each round; the ratio of the medians, with the rounds' min and max as the run's noise.
 ``--against CHECKOUT`` adds, to the same rounds, the server of another checkout of this
 repository (``git worktree add /tmp/base COMMIT``): its CPU per post over ours, by round
-and of the medians, tells a change's effect apart from the machine's drift. Needs
-``wrk`` (apt-get install wrk) and ``taskset``.
+and of the medians, tells a change's effect apart from the machine's drift.
+``--profile`` samples each server during round 1 with py-spy (``pip install py-spy``)
+and prints a table of CPU per post by layer (``_layers.py``). Needs ``wrk`` (apt-get
+install wrk) and ``taskset``.
 
     .venv/bin/python bench/ingest_accept.py [--seconds 10] [--connections 32] [--rounds 3]
-        [--warm-seconds 2] [--auth token|accept-all] [--against CHECKOUT] [--smoke]
+        [--warm-seconds 2] [--auth token|accept-all] [--against CHECKOUT] [--profile]
+        [--smoke]
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from typing import Any
 
 from aiohttp import web
 
+import _layers
 from _harness import (
     LOAD_CPU,
     SERVER_CPU,
@@ -252,6 +256,7 @@ class Target:
     proc: subprocess.Popen[bytes]
     port: int
     log: Path
+    short: str  # a column's heading
     windows: list[Window] = dataclasses.field(default_factory=list)
 
     @property
@@ -349,7 +354,9 @@ def main(args: argparse.Namespace) -> None:
         script.write_text(post_script(BODY, token))
         tls = (str(work / "tls.crt"), str(work / "tls.key"))
 
-        def start(name: str, child: list[str], env: dict[str, str] | None = None) -> Target:
+        def start(
+            name: str, short: str, child: list[str], env: dict[str, str] | None = None
+        ) -> Target:
             port = free_port()
             log = work / f"server-{port}.log"
             with log.open("wb") as sink:
@@ -360,14 +367,16 @@ def main(args: argparse.Namespace) -> None:
                     stderr=sink,
                     env=env,
                 )
-            return Target(name, proc, port, log)
+            return Target(name, proc, port, log, short)
 
         targets = [
-            start(f"bare aiohttp handler on {loop}", ["--ceiling", loop])
+            start(f"bare aiohttp handler on {loop}", f"bare {loop}", ["--ceiling", loop])
             for loop in (LOOPS if uvloop_installed() else LOOPS[:1])
         ]
         checks = "token checks" if args.auth == "token" else "accept-all"
-        ours = start(f"ingest server ({checks}, coalescing writer)", ["--ingest", tmp, args.auth])
+        ours = start(
+            f"ingest server ({checks}, coalescing writer)", "ours", ["--ingest", tmp, args.auth]
+        )
         targets.append(ours)
         theirs = None
         if args.against is not None:
@@ -378,6 +387,7 @@ def main(args: argparse.Namespace) -> None:
             )
             theirs = start(
                 f"ingest server at {other.name}",
+                f"at {other.name}"[:12],
                 ["--ingest", tmp, args.auth],
                 {**os.environ, "PYTHONPATH": packages},
             )
@@ -400,17 +410,29 @@ def main(args: argparse.Namespace) -> None:
             f"round(s) of {args.seconds:.0f} s per server, in this order: "
             + ", ".join(t.name for t in targets)
         )
+        if args.profile and not _layers.available():
+            raise SystemExit("--profile needs py-spy: pip install py-spy")
         if args.warm_seconds:
             for target in targets:
                 run_wrk(target.url, script, args.warm_seconds, args.connections)
         width = max(len(t.name) for t in targets)
         invalid = []
+        profiles: list[tuple[str, dict[str, float], float]] = []
         for r in range(1, args.rounds + 1):
             for target in targets:
+                sampler = None
+                if args.profile and r == 1:
+                    sampler = _layers.record(target.proc.pid, args.seconds - 1, work / "spy.raw")
                 measured = window(
                     target.proc.pid, target.url, script, args.seconds, args.connections
                 )
                 target.windows.append(measured)
+                if sampler is not None:
+                    _, problem = sampler.communicate()
+                    if sampler.returncode != 0:
+                        raise SystemExit(f"py-spy failed: {problem.decode().strip()}")
+                    found = _layers.shares(work / "spy.raw")
+                    profiles.append((target.short, found, measured.us_per_post))
                 print(f"round {r}: {target.name:<{width}} {measured.text()}", flush=True)
                 if measured.non2xx:
                     invalid.append(f"round {r}, {target.name}: {measured.non2xx} non-2xx")
@@ -420,6 +442,15 @@ def main(args: argparse.Namespace) -> None:
                         flush=True,
                     )
         report(targets, ours, args.rounds, theirs)
+        if profiles:
+            print()
+            print(
+                f"where the CPU per post goes (round 1; py-spy at {_layers.RATE} Hz on each "
+                "server's event-loop thread; uvloop's own C code is not seen, and falls in "
+                "the rest):"
+            )
+            for line in _layers.table(profiles):
+                print(line)
         print(
             f"wrk -t1 -c{args.connections} on CPU {LOAD_CPU} with the devcluster; servers "
             f"under test on CPU {SERVER_CPU}; {args.seconds:.0f} s per window"
@@ -450,6 +481,11 @@ if __name__ == "__main__":
         )
         parser.add_argument(
             "--auth", choices=AUTH_MODES, default="token", help="our server's token checks"
+        )
+        parser.add_argument(
+            "--profile",
+            action="store_true",
+            help="sample each server in round 1 with py-spy and print its CPU per post by layer",
         )
         parser.add_argument(
             "--against",
