@@ -7,8 +7,8 @@ and the devcluster on CPU 1. The token is minted by the devcluster's TokenReques
 pod of the TrainJob (real RS256 key, real claims, pod binding and membership checked on
 every post). The body is a typical post (progress, ETA, 8 metrics) under a key the
 server ignores, so every post is authenticated, read and decoded, and nothing is
-written: the writer has its own benchmark (ingest_accept.py) and here it would only
-measure the devcluster. The per-account rate limit is raised out of the way (its bucket
+written: ingest_accept.py measures the whole path, writer included, and here the writer
+would only measure the devcluster. The per-account rate limit is raised out of the way (its bucket
 is still spent on every post). Besides posts/s it prints the server's CPU time per
 post (steadier when other work shares the machine and wrk cannot saturate the server's
 core) and the CPU cost of one ``authenticate()`` call, cached and uncached, measured in a
