@@ -307,3 +307,12 @@ async def test_the_other_routes_and_methods(
         assert got == body
     assert served.rig.asked == []
     assert served.rig.written == []
+
+
+async def test_a_status_path_with_escapes_is_routed_by_its_decoded_segments(
+    served: Served,
+) -> None:
+    head = post_head().replace(status_path(NS, TJ), status_path("team%2Da", "t%6A"))
+    raw = await served.exchange(head, BODY)
+    assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert [(namespace, name) for namespace, name, _ in served.rig.written] == [(NS, TJ)]

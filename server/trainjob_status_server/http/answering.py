@@ -61,8 +61,8 @@ async def answer(
     yet) returns, or the Status its failure calls for. A ``counted`` request (a status
     post, or a request for no route) is counted and timed as a post; probes and the
     webhook are logged only."""
-    request_id = request.headers.get("X-Request-Id", "")
-    if not _REQUEST_ID.fullmatch(request_id):
+    request_id = request.headers.get("X-Request-Id")
+    if request_id is None or not _REQUEST_ID.fullmatch(request_id):
         request_id = new_request_id()
     request[REQUEST_ID] = request_id
     started = time.perf_counter()

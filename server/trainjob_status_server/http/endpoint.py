@@ -123,6 +123,8 @@ async def _read_raw(request: web.BaseRequest, limit: int, seconds: float) -> byt
         size += len(chunk)
         if size > limit:
             raise errors.payload_too_large()
+        if not chunks and stream.at_eof():
+            return chunk  # the whole body in one piece, as most posts come
         chunks.append(chunk)
 
 

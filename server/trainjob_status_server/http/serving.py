@@ -83,7 +83,11 @@ class ServingHandler:
         self.uncounted = frozenset(uncounted)
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
-        path = request.rel_url.path_safe
+        url = request.rel_url
+        # The path as the router read it; a path with no escape in it is that already.
+        path = url.raw_path
+        if "%" in path:
+            path = url.path_safe
         method = request.method
         handler: Handler | None = None
         if method == hdrs.METH_POST:
