@@ -216,6 +216,14 @@ class StatusRequestHandler(RequestHandler):
             self._head_timer.cancel()
             self._head_timer = None
 
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        # aiohttp's body reader calls this after every read it takes from a request's
+        # body, paused or not: for a connection not paused, that would feed the parser an
+        # empty read (through the head budget) and resume a transport that reads already,
+        # on every post. Only a paused protocol has anything to resume.
+        if self._reading_paused or self._buffer_paused:
+            super().resume_reading(resume_parser)
+
     def _head_expired(self) -> None:
         self._head_timer = None
         if self.head.pending and self.transport is not None:
