@@ -18,7 +18,8 @@ its size) never gets it.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Coroutine, Mapping
+from typing import Any
 
 from aiohttp import hdrs, web
 from aiohttp.http import HttpVersion11
@@ -29,8 +30,9 @@ from . import errors
 from .answering import answer
 from .endpoint import expects_continue
 
-Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
-StatusHandler = Callable[[web.BaseRequest, str, str], Awaitable[web.StreamResponse]]
+Handling = Coroutine[Any, Any, web.StreamResponse]
+Handler = Callable[[web.BaseRequest], Handling]
+StatusHandler = Callable[[web.BaseRequest, str, str], Handling]
 
 
 def _route_pattern(path: str) -> re.Pattern[str]:
@@ -45,6 +47,7 @@ def _route_pattern(path: str) -> re.Pattern[str]:
 
 
 _STATUS = _route_pattern(STATUS_PATH)
+_READS = frozenset({hdrs.METH_GET, hdrs.METH_HEAD})  # what the ``gets`` routes answer
 
 
 def status_target(path: str) -> tuple[str, str] | None:
@@ -89,40 +92,31 @@ class ServingHandler:
         if "%" in path:
             path = url.path_safe
         method = request.method
-        handler: Handler | None = None
+        handling: Handling | None = None  # the route's handler, not started yet
         if method == hdrs.METH_POST:
             target = status_target(path)
             if target is not None:
-                return await answer(request, self._status(request, *target), True)
-            handler = self.posts.get(path)
-        elif method == hdrs.METH_GET or method == hdrs.METH_HEAD:
-            handler = self.gets.get(path)
-        counted = path not in self.uncounted
-        if handler is None:
-            return await answer(request, _not_found(), counted)
-        return await answer(request, _checked(request, handler), counted)
-
-    async def _status(
-        self, request: web.BaseRequest, namespace: str, name: str
-    ) -> web.StreamResponse:
-        _check_expectation(request)
-        return await self.status(request, namespace, name)
+                handling = self.status(request, *target)
+            elif (handler := self.posts.get(path)) is not None:
+                handling = handler(request)
+        elif method in _READS and (handler := self.gets.get(path)) is not None:
+            handling = handler(request)
+        if handling is None:
+            handling = _refused(errors.not_found())
+        elif _unmet_expectation(request):
+            handling.close()  # never started: dropped without a "never awaited" warning
+            handling = _refused(errors.expectation_failed())
+        return await answer(request, handling, path not in self.uncounted)
 
 
-async def _checked(request: web.BaseRequest, handler: Handler) -> web.StreamResponse:
-    _check_expectation(request)
-    return await handler(request)
+async def _refused(error: errors.StatusError) -> web.StreamResponse:
+    raise error
 
 
-async def _not_found() -> web.StreamResponse:
-    raise errors.not_found()
-
-
-def _check_expectation(request: web.BaseRequest) -> None:
-    """417 for an expectation other than 100-continue (HTTP/1.1; HTTP/1.0 has none)."""
-    if (
+def _unmet_expectation(request: web.BaseRequest) -> bool:
+    """An expectation other than 100-continue (HTTP/1.1; HTTP/1.0 has none): 417."""
+    return (
         hdrs.EXPECT in request.headers
         and request.version >= HttpVersion11
         and not expects_continue(request)
-    ):
-        raise errors.expectation_failed()
+    )

@@ -632,8 +632,8 @@ def _metrics(value: Any, causes: list[Cause]) -> tuple[Metric, ...]:
     out: list[Metric] = []
     append = out.append
     new = tuple.__new__
-    # Names are interned: the same few ("loss", "accuracy") come in every post, and an
-    # update can wait for its write (one per TrainJob) holding them.
+    # Names are interned, as TrainerStatus.metrics gives them for an update the common
+    # case read: a parsed update is the same whichever path read it.
     intern = sys.intern
     # The common case first, in one test per metric; the first metric that fails it sends
     # the whole list down the careful path, which has the index at hand for its messages.
