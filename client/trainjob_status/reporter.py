@@ -46,6 +46,9 @@ _RETRY_AFTER_CODES = frozenset({429, 503})
 # What report() records: progress, ETA, a copy of the metrics, step, epoch, Unix time.
 Taken = tuple[object, object, Optional[dict[str, object]], object, object, float]
 _TOKEN_CODES = frozenset({401, 403})
+# How long close() waits for the sending thread to end once its post is cut short (it
+# only has to wake up; a connect in progress may take longer, and is not waited for).
+_SENDER_END_WAIT = 1.0
 
 
 @dataclass
@@ -231,8 +234,10 @@ class StatusReporter:
 
     def close(self, timeout: float | None = None) -> None:
         """Flush (bounded by ``timeout``, default ``flush_timeout``, and by what earlier
-        waits left of the shared budget), then stop sending. Later reports return False.
-        Idempotent."""
+        waits left of the shared budget), then stop sending: a post still waiting for its
+        answer is cut short, and the sending thread has ended when close returns (unless
+        it is stuck opening a connection; close waits for it at most a second). Later
+        reports return False. Idempotent."""
         if self._closed:
             return
         try:
@@ -243,6 +248,13 @@ class StatusReporter:
                 thread = self._thread
                 self._cond.notify_all()
             atexit.unregister(self._at_exit)
+            if thread is not None and thread is not threading.current_thread():
+                # The sender stops now: a post still waiting for its answer is cut short,
+                # and the thread ends before close returns. A daemon thread still running
+                # while the interpreter exits can crash it (PyPy does, now and then).
+                if self._transport is not None:
+                    self._transport.abort()
+                thread.join(_SENDER_END_WAIT)
             if (thread is None or not thread.is_alive()) and self._transport is not None:
                 self._transport.close()
 
@@ -343,13 +355,23 @@ class StatusReporter:
     def _settle(self, seq: int, taken: Taken, answer: Answer) -> None:
         code = answer.code
         ok = 200 <= code < 300
-        retry = code == NO_ANSWER or code == 408 or code == 429 or code >= 500
+        closed = self._closed  # after close nothing is retried
+        retry = not closed and (code == NO_ANSWER or code == 408 or code == 429 or code >= 500)
         retry_after = None
         if code in _RETRY_AFTER_CODES:
             retry_after = parse_retry_after(answer.retry_after, self._clock())
         # Logged before a flush can return, and never under the lock (a log handler may
         # be slow; a caller must never wait for it).
-        if retry:
+        if closed and not ok:
+            self._log.log(
+                logging.WARNING,
+                "closed",
+                "status update not delivered before close code=%d reason=%s message=%r",
+                code,
+                answer.reason,
+                answer.message,
+            )
+        elif retry:
             self._log.log(
                 logging.WARNING,
                 f"retry-{code}",

@@ -1,15 +1,18 @@
 """One kept-alive HTTP(S) connection to the status server: a post in, an ``Answer`` out.
 
-Used from the sending thread only. The connection is opened on first use, reused while
-the server keeps it, and reopened after any error. A request on a reused connection that
+Used from the sending thread only, but for ``abort``, which the closing thread calls. The
+connection is opened on first use, reused while the server keeps it, and reopened after
+any error. A request on a reused connection that
 the server had already closed is sent again once on a fresh one (the usual keep-alive
 race; a status post may be repeated safely, the server orders by lastUpdatedTime).
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import socket
 import ssl
 import urllib.parse
 from dataclasses import dataclass
@@ -40,6 +43,10 @@ class Answer:
     retry_after: str | None = None
 
 
+# What a post cut short (or not sent) by abort() gets.
+_CLOSED = Answer(NO_ANSWER, "Closed", "the reporter was closed")
+
+
 class Transport:
     """Posts bodies to ``url`` (``https://`` verified with ``ca``, or plain ``http://``)."""
 
@@ -55,6 +62,7 @@ class Transport:
         self.timeout = timeout
         self._connection: http.client.HTTPConnection | None = None
         self._used = False
+        self._aborted = False
         self.connections_opened = 0
 
     def post(self, body: bytes, token: str | None) -> Answer:
@@ -66,6 +74,8 @@ class Transport:
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
         for attempt in (1, 2):
+            if self._aborted:
+                return _CLOSED
             reused = self._used
             try:
                 connection = self._connect()
@@ -75,10 +85,14 @@ class Transport:
             except _STALE as exc:
                 self.close()
                 if reused and attempt == 1:
-                    continue
+                    continue  # unless aborted meanwhile: then the loop's check answers
+                if self._aborted:
+                    return _CLOSED
                 return Answer(NO_ANSWER, type(exc).__name__, _scrub(exc, token))
             except (OSError, http.client.HTTPException, ValueError) as exc:
                 self.close()
+                if self._aborted:
+                    return _CLOSED
                 return Answer(NO_ANSWER, type(exc).__name__, _scrub(exc, token))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -88,10 +102,24 @@ class Transport:
         if connection is not None:
             connection.close()
 
+    def abort(self) -> None:
+        """From another thread: the post in progress, if any, ends at once with an error
+        (its socket is shut down; reading from it returns), and no later post is sent.
+        The sending thread still closes the connection."""
+        self._aborted = True
+        connection = self._connection
+        sock = None if connection is None else connection.sock
+        if sock is not None:
+            # The plain socket's shutdown: SSLSocket's own would drop its TLS object under
+            # the reading thread. OSError: closed meanwhile by the sending thread.
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
     def forget(self) -> None:
         """Drop the connection without touching its socket (after fork, in the child)."""
         self._connection = None
         self._used = False
+        self._aborted = False
 
     def _connect(self) -> http.client.HTTPConnection:
         if self._connection is None:

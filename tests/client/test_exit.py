@@ -128,14 +128,16 @@ def test_train_end_flush_and_the_exit_flush_wait_once_in_all(sink: Sink) -> None
         "from trainjob_status import StatusReporter\n"
         "reporter = StatusReporter(timeout=600, flush_timeout=0.5)\n"
         # Registered first, so it runs after the reporter's exit flush.
-        "atexit.register(lambda: print('waits', reporter.stats.waits, 'posts', reporter.stats.posts))\n"
+        "atexit.register(lambda: print('waits', reporter.stats.waits, 'posts',"
+        " reporter.stats.posts, 'dropped', reporter.stats.dropped))\n"
         "reporter.report(100)\n"
         "assert reporter.flush() is False\n"
     )
     with sink.stalled():
         done = run(code, sink.environ(), timeout=60)
         assert done.returncode == 0, done.stderr
-        assert done.stdout.split() == ["waits", "1", "posts", "0"]
+        # The held post was cut short by the exit's close, not left running.
+        assert done.stdout.split() == ["waits", "1", "posts", "1", "dropped", "1"]
         assert len(sink.requests) == 1  # one connection, one request, held
         assert sink.answered == 0
 
