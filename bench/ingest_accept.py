@@ -30,12 +30,15 @@ each round; the ratio of the medians, with the rounds' min and max as the run's 
 ``--against CHECKOUT`` adds, to the same rounds, the server of another checkout of this
 repository (``git worktree add /tmp/base COMMIT``): its CPU per post over ours, by round
 and of the medians, tells a change's effect apart from the machine's drift.
+``--floor`` adds the bare handler's work with no web framework at all (httptools'
+parser on an asyncio protocol, asyncio's TLS): the bare handler on asyncio's CPU per post
+less its CPU per post is what aiohttp's own machinery costs a post.
 ``--profile`` samples each server during round 1 with py-spy (``pip install py-spy``)
 and prints a table of CPU per post by layer (``_layers.py``). Needs ``wrk`` (apt-get
 install wrk) and ``taskset``.
 
     .venv/bin/python bench/ingest_accept.py [--seconds 10] [--connections 32] [--rounds 3]
-        [--warm-seconds 2] [--auth token|accept-all] [--against CHECKOUT] [--profile]
+        [--warm-seconds 2] [--auth token|accept-all] [--against CHECKOUT] [--floor] [--profile]
         [--smoke]
 """
 
@@ -57,6 +60,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Coroutine
+from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +138,67 @@ async def ceiling_server(port: int, cert: Path, key: Path) -> None:
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port, ssl_context=context).start()
     await asyncio.Event().wait()
+
+
+async def floor_server(port: int, cert: Path, key: Path) -> None:
+    """The same work as the bare handler (read the body, parse it, echo it) with no web
+    framework: httptools' parser (llhttp) on a bare asyncio protocol, asyncio's TLS. What
+    it costs less than the bare handler on asyncio is what aiohttp's own request and
+    answer machinery costs a post."""
+    import httptools  # a dependency of the devcluster
+
+    class Echo(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.parser = httptools.HttpRequestParser(self)
+            self.body: list[bytes] = []
+            self.transport: asyncio.Transport | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            assert isinstance(transport, asyncio.Transport)
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserError:
+                assert self.transport is not None
+                self.transport.close()
+
+        def on_message_begin(self) -> None:
+            self.body = []
+
+        def on_body(self, chunk: bytes) -> None:
+            self.body.append(chunk)
+
+        def on_message_complete(self) -> None:
+            answer = json.dumps(json.loads(b"".join(self.body))).encode()
+            head = FLOOR_HEAD % (http_date(), len(answer))
+            assert self.transport is not None
+            self.transport.write(head + answer)
+            if not self.parser.should_keep_alive():
+                self.transport.close()
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", port, ssl=context)
+    await asyncio.Event().wait()
+
+
+_DATE: list[Any] = [0, b""]  # the second, and its Date value
+
+
+def http_date() -> bytes:
+    """The Date header's value, made once a second (as aiohttp makes it)."""
+    now = int(time.time())
+    if _DATE[0] != now:
+        _DATE[:] = [now, formatdate(now, usegmt=True).encode()]
+    return bytes(_DATE[1])
+
+
+FLOOR_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\n"
+    b"Date: %s\r\nContent-Length: %d\r\n\r\n"
+)
 
 
 async def ingest_server(port: int, cert: Path, key: Path, work: Path, auth: str) -> None:
@@ -298,8 +363,14 @@ def wait_answering(target: Target, token: str, context: ssl.SSLContext) -> None:
         time.sleep(0.2)
 
 
-def report(targets: list[Target], ours: Target, rounds: int, theirs: Target | None) -> None:
-    bare = [t for t in targets if t is not ours and t is not theirs]
+def report(
+    targets: list[Target],
+    ours: Target,
+    rounds: int,
+    theirs: Target | None,
+    floor: Target | None = None,
+) -> None:
+    bare = [t for t in targets if t not in (ours, theirs, floor)]
     width = max(len(t.name) for t in targets)
     print()
     print(f"medians of {rounds} round{'s' if rounds > 1 else ''}:")
@@ -321,6 +392,15 @@ def report(targets: list[Target], ours: Target, rounds: int, theirs: Target | No
             f"ratio to the {target.name.replace('bare aiohttp handler', 'bare handler')}: "
             f"{ours.median('rps') / target.median('rps'):.3f} of the medians' posts/s, "
             f"{target.median('us_per_post') / ours.median('us_per_post'):.3f} by CPU per post"
+        )
+    if floor is not None:
+        asyncio_bare = next(t for t in bare if t.name.endswith("asyncio"))
+        framework = asyncio_bare.median("us_per_post") - floor.median("us_per_post")
+        print(
+            f"no framework: {floor.median('us_per_post'):.0f} us CPU per post; aiohttp's own "
+            f"request and answer machinery costs the bare handler on asyncio {framework:.0f} "
+            f"us per post; ours is {ours.median('us_per_post') / floor.median('us_per_post'):.2f}"
+            " times the no-framework figure"
         )
     faster = max(bare, key=lambda t: t.median("rps"))
     ratios = [ratio for ratio, _ in by_round]
@@ -378,6 +458,10 @@ def main(args: argparse.Namespace) -> None:
             f"ingest server ({checks}, coalescing writer)", "ours", ["--ingest", tmp, args.auth]
         )
         targets.append(ours)
+        floor = None
+        if args.floor:
+            floor = start("no framework: httptools on asyncio's TLS", "floor", ["--floor-server"])
+            targets.append(floor)
         theirs = None
         if args.against is not None:
             # The same server process, built from another checkout's three packages.
@@ -441,7 +525,7 @@ def main(args: argparse.Namespace) -> None:
                         "posts answered non-2xx: this window's figures are not valid posts",
                         flush=True,
                     )
-        report(targets, ours, args.rounds, theirs)
+        report(targets, ours, args.rounds, theirs, floor)
         if profiles:
             print()
             print(
@@ -461,11 +545,18 @@ def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] in ("--ceiling", "--ingest", "--cluster"):
+    if len(sys.argv) > 1 and sys.argv[1] in (
+        "--ceiling",
+        "--floor-server",
+        "--ingest",
+        "--cluster",
+    ):
         mode, rest = sys.argv[1], sys.argv[2:]
         if mode == "--ceiling":  # port cert key [loop]
             loop = rest[3] if len(rest) > 3 else "asyncio"
             run_on(loop, ceiling_server(int(rest[0]), Path(rest[1]), Path(rest[2])))
+        elif mode == "--floor-server":  # port cert key
+            asyncio.run(floor_server(int(rest[0]), Path(rest[1]), Path(rest[2])))
         elif mode == "--ingest":  # port cert key work auth
             port, cert, key, work, auth = rest
             asyncio.run(ingest_server(int(port), Path(cert), Path(key), Path(work), auth))
@@ -486,6 +577,12 @@ if __name__ == "__main__":
             "--profile",
             action="store_true",
             help="sample each server in round 1 with py-spy and print its CPU per post by layer",
+        )
+        parser.add_argument(
+            "--floor",
+            action="store_true",
+            help="also measure the bare handler's work with no web framework (httptools on "
+            "an asyncio protocol, asyncio's TLS), and print what aiohttp costs a post",
         )
         parser.add_argument(
             "--against",
