@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.kubeconfig import write_kubeconfig
@@ -272,6 +274,27 @@ def test_bucket_starts_full_and_refills_at_its_rate() -> None:
     assert bucket.try_take()
     now[0] += 100
     assert bucket.tokens == 10  # never more than the burst
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    st.floats(min_value=0.1, max_value=100),
+    st.integers(min_value=1, max_value=20),
+    st.lists(st.floats(min_value=-5, max_value=5), max_size=40),
+)
+def test_try_take_is_a_refill_then_one_token_if_there_is_one(
+    rate: float, burst: int, steps: list[float]
+) -> None:
+    now = [0.0]
+    bucket = TokenBucket(rate, burst, clock=lambda: now[0])
+    reference = TokenBucket(rate, burst, clock=lambda: now[0])
+    for step in steps:  # the clock may go back: nothing is earned then
+        now[0] += step
+        available = reference.delay() == 0.0
+        if available:
+            reference.reserve()
+        assert bucket.try_take() == available
+        assert bucket.tokens == reference.tokens
 
 
 def test_bucket_reservations_queue_in_order() -> None:

@@ -48,9 +48,19 @@ class TokenBucket:
 
     def try_take(self) -> bool:
         """Take a token if one is available now."""
-        if self._refill() >= 1.0:
-            self._tokens -= 1.0
+        # _refill written out: this runs on every authenticated post.
+        now = self._clock()
+        elapsed = now - self._last
+        self._last = now
+        tokens = self._tokens
+        if elapsed > 0.0:
+            tokens += elapsed * self.rate
+            if tokens > self.burst:
+                tokens = float(self.burst)
+        if tokens >= 1.0:
+            self._tokens = tokens - 1.0
             return True
+        self._tokens = tokens
         return False
 
     def reserve(self) -> float:
