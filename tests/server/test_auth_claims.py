@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from trainjob_status.contract import audience as audience_for
 from trainjob_status_server.auth import failures
@@ -91,6 +93,68 @@ def test_bearer_headers_that_fail(header: str | None, reason: str) -> None:
 def test_separators_go_does_not_split_on_stay_in_the_token() -> None:
     # Python's str.split() would split on U+001C..U+001F; strings.Fields does not.
     assert bearer_token("Bearer a\x1cb") == "a\x1cb"
+
+
+# Go's unicode.IsSpace, the separators of strings.Fields, written out by hand.
+GO_SPACE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000") | frozenset(
+    map(chr, range(0x2000, 0x200B))
+)
+
+
+def peer_token(header: str | None) -> str:
+    """What the peer does with the header, as plainly as it can be written."""
+    if header is None:
+        raise AuthFailure("no_token")
+    fields, field = [], ""
+    for char in header + " ":
+        if char in GO_SPACE:
+            if field:
+                fields.append(field)
+            field = ""
+        else:
+            field += char
+    if len(fields) != 2 or fields[0].lower() != "bearer":
+        raise AuthFailure("bad_header")
+    return fields[1]
+
+
+def outcome(parse: Any, header: str | None) -> tuple[str, str]:
+    try:
+        return "token", parse(header)
+    except AuthFailure as failure:
+        return "refused", failure.reason
+
+
+# Every separator either split knows, some that neither does, and token characters.
+HEADER_CHARS = st.sampled_from(
+    list(" \t\n\v\f\r\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u200a\u200b\u2028\u3000")
+    + list("Bbearxé.-_0")
+)
+
+
+@settings(max_examples=1000, deadline=None, database=None)
+@given(
+    st.one_of(
+        st.text(HEADER_CHARS, max_size=12),
+        st.builds(
+            lambda scheme, gap, rest: scheme + gap + rest,
+            st.sampled_from(["Bearer", "bearer", "BEARER", "Bearerx", "Basic", ""]),
+            st.one_of(st.just(" "), st.text(HEADER_CHARS, max_size=3)),
+            st.text(HEADER_CHARS, max_size=8),
+        ),
+    )
+)
+@example("Bearer abc")
+@example("Bearer a b")
+@example("Bearer  abc")
+@example("Bearer abc ")
+@example("Bearer a\x1cb")
+@example("Bearer a\xa0b")
+@example("Bearer é")
+@example("Bearer ")
+@example(" Bearer abc")
+def test_bearer_parsing_is_the_peers_for_any_header(header: str) -> None:
+    assert outcome(bearer_token, header) == outcome(peer_token, header)
 
 
 # -- facts ------------------------------------------------------------------------------------
