@@ -16,6 +16,7 @@ from trainjob_status_server.auth.bearer import bearer_token
 from trainjob_status_server.auth.claims import (
     TokenFacts,
     check_facts,
+    check_times,
     parse_facts,
     unverified_claims,
 )
@@ -275,6 +276,23 @@ def test_each_check_has_its_reason(
     claims: dict[str, Any], kwargs: dict[str, Any], reason: str
 ) -> None:
     assert check(claims, **kwargs) == reason
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.floats(min_value=NOW - 200, max_value=1796240025 + 200))
+@example(1796236425.0 - 60)
+@example(1796236425.0 - 60.5)
+@example(1796240025.0 + 60)
+@example(1796240025.0 + 60.5)
+def test_the_time_checks_alone_decide_a_post_the_others_passed(now: float) -> None:
+    # What a cached token that passed for this TrainJob before is checked with.
+    assert reason_of(check_times, parse_facts(CLAIMS), now, 60) == check(CLAIMS, now=now)
+
+
+def test_the_time_checks_want_an_expiry() -> None:
+    assert reason_of(check_times, parse_facts(without("exp")), NOW, 60) == "claims"
+    early = {**without("nbf"), "iat": NOW + 61}
+    assert reason_of(check_times, parse_facts(early), NOW, 60) == "not_yet_valid"
 
 
 def test_the_leeway_is_one_minute_either_side() -> None:

@@ -169,14 +169,27 @@ class PodBinding:
             meta = _meta(event.new or {})
             self._negative.pop((meta.get("namespace"), meta.get("name"), new_uid), None)
 
-    async def check(self, namespace: str, name: str, uid: str, trainjob: str, now: float) -> None:
+    async def check(
+        self, namespace: str, name: str, uid: str, trainjob: str, now: float
+    ) -> Obj | None:
         """Raise AuthFailure unless pod ``namespace/name`` with ``uid`` may post for
         ``trainjob``; ``Unavailable`` when a needed fetch fails. ``now`` is
-        wall-clock seconds."""
+        wall-clock seconds.
+
+        Returns the pod judged when its verdict does not depend on the time (it is not
+        terminating), else None: while the cache holds that same object (``still_fit``),
+        a check for the same uid and TrainJob would pass again."""
         pod = self.pods.get(namespace, name)
         if pod is None or _meta(pod).get("uid") != uid:
             pod = await self._resolve(namespace, name, uid, pod)
         self._judge(pod, uid, trainjob, now)
+        return None if "deletionTimestamp" in _meta(pod) else pod
+
+    def still_fit(self, namespace: str, name: str, fit: Obj | None) -> bool:
+        """Whether the pod cache holds ``fit`` (what ``check`` returned) as pod
+        ``namespace/name``. Cached objects are replaced, never changed, on every event:
+        the pod is still there, the same incarnation with the same labels."""
+        return fit is not None and self.pods.get(namespace, name) is fit
 
     async def check_cached(
         self, namespace: str, name: str, uid: str, trainjob: str, now: float

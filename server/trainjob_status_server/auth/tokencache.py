@@ -8,6 +8,11 @@ caller compares ``key`` with the current key set on every hit (identity, one dic
 lookup), and drops entries of keys that left the set when it changes. Entries die at
 ``exp`` plus the leeway; beyond ``max_entries`` the least recently used goes first.
 The token itself is never stored, only its digest.
+
+An entry also remembers the last TrainJob its claims passed ``check_facts`` for, with the
+identity that post got and the pod object that passed (``admitted``): the next post
+there needs the time checks only, and no pod judgement while the pod cache holds that
+same object.
 """
 
 from __future__ import annotations
@@ -16,15 +21,31 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..kube.resources import Obj
+from .authenticator import Identity
 from .claims import TokenFacts
 from .keys import VerificationKey
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
+class Admission:
+    """A TrainJob the claims passed every check but the time checks for (the others
+    depend only on the facts, the issuer and the settings, none of which changes while
+    the entry lives), the identity its posts get, and the pod cache's object that last
+    passed the pod binding for it (``PodBinding.check``)."""
+
+    namespace: str
+    trainjob: str
+    identity: Identity
+    pod: Obj | None = None
+
+
+@dataclass(slots=True)
 class Verified:
     facts: TokenFacts
     key: VerificationKey | None
     until: float  # wall-clock seconds; dead from then on
+    admitted: Admission | None = None  # the one field that changes: the last one passed
 
 
 class TokenCache:

@@ -9,8 +9,11 @@ the pod watch cache; spend a token of the service account's bucket. Nothing befo
 verified signature can cause a Kubernetes API call (TokenReview mode: nothing before the
 claims pass, the digest is not a refusal remembered from the last ``negative_ttl``
 seconds, the pod cache shows the bound pod with its uid in the TrainJob, and the claimed
-service account's bucket has paid for the post). The cached
-path is a hash, two dict lookups and a few comparisons.
+service account's bucket has paid for the post).
+
+The cached path is a hash, the entry's look-up and key, the time checks when the token
+passed the others for this TrainJob before, the pod cache's look-up (no judgement while
+it holds the object that passed last) and the bucket.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from ..metrics.selfmetrics import AUTH_FAILURES, RATE_LIMITED
 from .authenticator import Identity
 from .bearer import bearer_token
 from .binding import PodBinding
-from .claims import TokenFacts, check_facts, parse_facts, unverified_claims
+from .claims import TokenFacts, check_facts, check_times, parse_facts, unverified_claims
 from .failures import AuthFailure
 from .issuer import DISCOVERY_PATH, discover_issuer, own_token_issuer
 from .jwks import JWKS_ACCEPT, JWKS_PATH, KeyStore
@@ -40,7 +43,7 @@ from .keys import KeySet
 from .ratelimit import ServiceAccountLimiter
 from .settings import AuthSettings
 from .signature import SignatureVerifier, allowed_algorithm, header_of
-from .tokencache import TokenCache, Verified
+from .tokencache import Admission, TokenCache, Verified
 from .tokenreview import TokenReviewer
 
 __all__ = ["AuthSettings", "TokenAuthenticator"]
@@ -92,6 +95,7 @@ class TokenAuthenticator:
         self.binding: PodBinding | None = None
         self.reviewer: TokenReviewer | None = None
         self._issuer_known = asyncio.Event()
+        self._open = False  # see _opened()
         self._discovery: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -190,12 +194,8 @@ class TokenAuthenticator:
     ) -> Identity:
         """The poster's identity, or a refusal: ``AuthFailure``, ``RateLimited`` over the
         service account's rate, ``Unavailable`` when a needed API answer is missing."""
-        binding = self.binding
-        if (
-            binding is None
-            or not self._issuer_known.is_set()
-            or (self.keys is not None and not self.keys.loaded.is_set())
-        ):
+        binding, keys = self.binding, self.keys
+        if binding is None or not (self._open or self._opened()):
             raise Unavailable()
         entry: Verified | None = None
         charged = False  # the service account's token already spent before a review
@@ -203,25 +203,54 @@ class TokenAuthenticator:
             token = bearer_token(authorization)
             digest = hashlib.sha256(token.encode()).digest()
             now = self._clock()
-            audience = audience_for(namespace, trainjob)
             entry = self.tokens.get(digest, now)
-            if entry is None or (entry.key is not None and entry.key not in self._keyset()):
-                entry, charged = await self._verify(
-                    token, digest, audience, namespace, trainjob, now
-                )
+            if entry is None or (
+                entry.key is not None and (keys is None or entry.key not in keys.keys)
+            ):
+                entry, charged = await self._verify(token, digest, namespace, trainjob, now)
+            admission = self._admit(entry, namespace, trainjob, now)
             facts = entry.facts
-            self._check(facts, audience, namespace, now)
-            if facts.pod_name is not None and facts.pod_uid is not None:
-                await binding.check(namespace, facts.pod_name, facts.pod_uid, trainjob, now)
+            pod, uid = facts.pod_name, facts.pod_uid
+            if (
+                pod is not None
+                and uid is not None
+                and not binding.still_fit(namespace, pod, admission.pod)
+            ):
+                admission.pod = await binding.check(namespace, pod, uid, trainjob, now)
         except AuthFailure as failure:
             self._refused(failure, namespace, trainjob, entry.facts if entry else None)
             raise
-        # check_facts has made sure of both.
-        assert facts.subject is not None
-        assert facts.service_account is not None
         if not charged:
+            assert facts.subject is not None  # check_facts has made sure of it
             self._charge(facts.subject, namespace, trainjob)
-        return Identity(namespace, facts.service_account, facts.pod_name)
+        return admission.identity
+
+    def _opened(self) -> bool:
+        """Whether the issuer and the keys are known, so posts can be judged. Once they
+        are, for good: neither is ever forgotten, so ``_open`` stays set."""
+        self._open = self._issuer_known.is_set() and (
+            self.keys is None or self.keys.loaded.is_set()
+        )
+        return self._open
+
+    def _admit(self, entry: Verified, namespace: str, trainjob: str, now: float) -> Admission:
+        """``check_facts`` for a post to ``namespace/trainjob`` at ``now``; what the
+        entry remembers of that TrainJob. Claims that passed for it before need only
+        the time checks: the rest would give the same answer again."""
+        admitted = entry.admitted
+        if (
+            admitted is not None
+            and admitted.trainjob == trainjob
+            and admitted.namespace == namespace
+        ):
+            check_times(entry.facts, now, self.settings.leeway)
+            return admitted
+        facts = entry.facts
+        self._check(facts, audience_for(namespace, trainjob), namespace, now)
+        assert facts.service_account is not None  # check_facts has made sure of it
+        identity = Identity(namespace, facts.service_account, facts.pod_name)
+        entry.admitted = admitted = Admission(namespace, trainjob, identity)
+        return admitted
 
     def _charge(
         self, subject: str, namespace: str, trainjob: str, *, verified: bool = True
@@ -237,10 +266,6 @@ class TokenAuthenticator:
             log.info("post rate-limited", extra=fields)
             raise RateLimited(wait)
 
-    def _keyset(self) -> KeySet:
-        assert self.keys is not None
-        return self.keys.keys
-
     def _check(self, facts: TokenFacts, audience: str, namespace: str, now: float) -> None:
         check_facts(
             facts,
@@ -253,11 +278,12 @@ class TokenAuthenticator:
         )
 
     async def _verify(
-        self, token: str, digest: bytes, audience: str, namespace: str, trainjob: str, now: float
+        self, token: str, digest: bytes, namespace: str, trainjob: str, now: float
     ) -> tuple[Verified, bool]:
         """The verified entry, and whether the post was charged to its service account
         on the way (before a TokenReview)."""
         charged = False
+        audience = audience_for(namespace, trainjob)
         if self.signatures is not None:
             claims, key = await self.signatures.verify(token)
             facts = parse_facts(claims)
