@@ -60,11 +60,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Coroutine
-from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.helpers import rfc822_formatted_time
 
 import _layers
 from _harness import (
@@ -172,7 +172,7 @@ async def floor_server(port: int, cert: Path, key: Path) -> None:
 
         def on_message_complete(self) -> None:
             answer = json.dumps(json.loads(b"".join(self.body))).encode()
-            head = FLOOR_HEAD % (http_date(), len(answer))
+            head = FLOOR_HEAD % (rfc822_formatted_time().encode(), len(answer))
             assert self.transport is not None
             self.transport.write(head + answer)
             if not self.parser.should_keep_alive():
@@ -182,17 +182,6 @@ async def floor_server(port: int, cert: Path, key: Path) -> None:
     context.load_cert_chain(cert, key)
     await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", port, ssl=context)
     await asyncio.Event().wait()
-
-
-_DATE: list[Any] = [0, b""]  # the second, and its Date value
-
-
-def http_date() -> bytes:
-    """The Date header's value, made once a second (as aiohttp makes it)."""
-    now = int(time.time())
-    if _DATE[0] != now:
-        _DATE[:] = [now, formatdate(now, usegmt=True).encode()]
-    return bytes(_DATE[1])
 
 
 FLOOR_HEAD = (
