@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 # A Retry-After beyond this is taken as this: a proxy's "come back tomorrow" must not
 # park the latest update for a day; newer data will be offered again anyway.
 MAX_RETRY_AFTER = 300.0
+# Doublings past this change nothing for any sane backoff (2**64 steps), and capping the
+# exponent first keeps the arithmetic finite however long an outage lasts.
+_MAX_DOUBLINGS = 64
 _DELTA_SECONDS = re.compile(r"\d+(\.\d+)?")
 
 
@@ -57,7 +60,8 @@ class Pacer:
         if retry_after is not None:
             delay = min(max(retry_after, 0.0), MAX_RETRY_AFTER)
         else:
-            ceiling = min(self.backoff_initial * 2 ** (self.failures - 1), self.backoff_max)
+            doublings = min(self.failures - 1, _MAX_DOUBLINGS)
+            ceiling = min(self.backoff_initial * 2.0**doublings, self.backoff_max)
             delay = ceiling * (0.5 + self.random() / 2)
         self.retry_at = now + delay
         return delay
@@ -70,10 +74,10 @@ def parse_retry_after(header: str | None, now: float) -> float | None:
         return None
     text = header.strip()
     if _DELTA_SECONDS.fullmatch(text):
-        return float(text)
+        return float(text)  # hundreds of digits read as inf, which the Pacer caps
     try:
         when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:
         return None

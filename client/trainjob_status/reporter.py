@@ -15,14 +15,22 @@ happens next from the answer:
 At most one request starts per ``min_interval``; the newest pending update goes out when
 the window opens (trailing edge). ``flush`` sends what is pending without waiting for the
 window, bounded by a timeout, and so does an ``atexit`` hook: the last update of a
-process that exits is delivered unless the server cannot take it in time. Those waits
-(train end, ``close``, the exit hook) share one flush timeout (``WaitBudget``): a server
-that does not answer holds the process once, not once per wait.
+process that exits is delivered unless the server cannot take it in time. The waits on
+the way out (train end in the framework callbacks, ``close``, the exit hook) share one
+flush timeout (``WaitBudget``): a server that does not answer holds the process once, not
+once per wait. A ``flush`` the caller asks for waits its own timeout, and what it waits
+in vain is taken from that shared budget too.
+
+The sending thread never stops by itself: an exception in a round (a bug, a log handler
+that raises) is logged and counted, the update is kept and retried after a backoff; a
+thread that ends anyway (an exception that is not an ``Exception``) is replaced, with its
+update.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -47,8 +55,11 @@ _RETRY_AFTER_CODES = frozenset({429, 503})
 Taken = tuple[object, object, Optional[dict[str, object]], object, object, float]
 _TOKEN_CODES = frozenset({401, 403})
 # How long close() waits for the sending thread to end once its post is cut short (it
-# only has to wake up; a connect in progress may take longer, and is not waited for).
+# only has to wake up; a name lookup in progress may take longer, and is not waited for).
 _SENDER_END_WAIT = 1.0
+# How long the sending thread pauses after a round that failed where even scheduling the
+# retry failed (a clock that raises): it must not spin.
+_ERROR_PAUSE = 1.0
 
 
 @dataclass
@@ -60,6 +71,8 @@ class Stats:
     dropped: int = 0
     retries: int = 0
     waits: int = 0  # flushes (``close`` and the exit hook included) that blocked
+    errors: int = 0  # rounds of the sending thread that raised (the update was kept)
+    restarts: int = 0  # sending threads started to replace one that ended
 
 
 class StatusReporter:
@@ -70,8 +83,9 @@ class StatusReporter:
     ``WORLD_SIZE`` is set; then a process whose global rank is not 0 reports nothing.
     ``min_interval`` spaces requests (seconds), ``timeout`` bounds each socket operation,
     ``flush_timeout`` is the default bound of ``flush``, ``close`` and the exit flush.
-    ``flush``, ``close`` and the exit flush share that one bound while the server
-    delivers nothing: the time one of them waited in vain is not waited again.
+    ``close``, the exit flush and the framework callbacks' train end share that one bound
+    while the server delivers nothing: the time one of them (or a ``flush``) waited in
+    vain is not waited again.
     ``environ``, ``clock`` (Unix seconds) and ``monotonic`` replace ``os.environ``,
     ``time.time`` and ``time.monotonic``.
 
@@ -107,6 +121,7 @@ class StatusReporter:
         self._pacer = Pacer(min_interval)
         self._transport: Transport | None = None
         self._pid = os.getpid()
+        self._exit_hooked = False
         self._reset_sync()
         if self.settings.reports:
             assert self.settings.url is not None
@@ -135,6 +150,7 @@ class StatusReporter:
         self._settled = 0
         self._delivered = 0
         self._in_flight = False
+        self._current: tuple[int, Taken] | None = None  # the update the sender holds
         self._flushing = 0
         self._idle = False
         self._closed = False
@@ -192,24 +208,29 @@ class StatusReporter:
             self._log.log(logging.WARNING, "report", "status report not taken error=%r", exc)
             return False
 
-    def flush(self, timeout: float | None = None) -> bool:
+    def flush(self, timeout: float | None = None, *, within_budget: bool = False) -> bool:
         """Send what is pending now (not waiting for the throttle window) and wait for it,
-        at most ``timeout`` seconds (default ``flush_timeout``) and at most what is left
-        of the shared wait budget. True when every update taken so far was delivered (an
-        update replaced by a newer one counts as the newer one); vacuously True when none
-        was taken. A wait that ends without delivery spends the budget; a delivery
-        restores it."""
+        at most ``timeout`` seconds (default ``flush_timeout``). True when every update
+        taken so far was delivered (an update replaced by a newer one counts as the newer
+        one); vacuously True when none was taken. Never raises.
+
+        A wait that ends without delivery spends the shared wait budget; a delivery
+        restores it. ``within_budget`` also bounds this wait by what is left of that
+        budget: the framework callbacks use it at train end (as ``close`` and the exit
+        hook do), so the way out of a process waits one ``flush_timeout`` in all."""
         wanted = self.flush_timeout if timeout is None else timeout
         with self._cond:
             target = self._taken
             if self._settled >= target:
                 return self._delivered >= target
-            if self._thread is None or self._closed:
+            if self._closed or (self._thread is None and not self._revive()):
                 return False
             self._flushing += 1
             self._cond.notify_all()  # the sender may post now, window or not
             started = self._monotonic()
-            deadline = started + self._budget.allowance(wanted, self.flush_timeout)
+            if within_budget:
+                wanted = self._budget.allowance(wanted, self.flush_timeout)
+            deadline = started + max(wanted, 0.0)
             waited = False
             try:
                 while self._settled < target:
@@ -241,7 +262,7 @@ class StatusReporter:
         if self._closed:
             return
         try:
-            self.flush(timeout)
+            self.flush(timeout, within_budget=True)
         finally:
             with self._cond:
                 self._closed = True
@@ -274,7 +295,21 @@ class StatusReporter:
         thread.start()  # may raise (e.g. at interpreter shutdown): report() answers False
         self._thread = thread
         self._pid = os.getpid()
-        atexit.register(self._at_exit)
+        if not self._exit_hooked:
+            atexit.register(self._at_exit)
+            self._exit_hooked = True
+
+    def _revive(self) -> bool:
+        """Under the lock, with no sending thread: start one for the update a thread that
+        ended left pending. False when none could start."""
+        if self._pending is None:
+            return False
+        try:
+            self._start()
+        except RuntimeError:  # interpreter shutdown: no new threads
+            return False
+        self.stats.restarts += 1
+        return True
 
     def _at_exit(self) -> None:
         if os.getpid() == self._pid:
@@ -292,21 +327,58 @@ class StatusReporter:
     # -- the sending thread ----------------------------------------------------------------
 
     def _run(self) -> None:
-        assert self._transport is not None
         try:
             while True:
-                with self._cond:
-                    job = self._next()
-                if job is None:
-                    return
-                seq, taken = job
                 try:
-                    answer = self._post(observe(taken))
-                except Exception as exc:  # a bug here must not end the sending thread
-                    answer = Answer(NO_ANSWER, type(exc).__name__, str(exc))
-                self._settle(seq, taken, answer)
+                    with self._cond:
+                        job = self._next()
+                    if job is None:
+                        return
+                    seq, taken = job
+                    self._settle(seq, taken, self._post(observe(taken)))
+                except Exception as exc:  # a bug, a log handler that raises, ...
+                    self._round_failed(exc)
         finally:
+            self._ended()
+
+    def _round_failed(self, exc: Exception) -> None:
+        """A round raised: the update it held is kept (unless a newer one waits) and
+        retried after a backoff, as after a failed post."""
+        with contextlib.suppress(Exception):  # the log handler may be what raised
+            self._log.log(logging.ERROR, "round", "status sender error, update kept error=%r", exc)
+        with self._cond:
+            self.stats.errors += 1
+            self._keep_current()
+            try:
+                self._pacer.failed(self._monotonic(), None)
+            except Exception:
+                self._cond.wait(_ERROR_PAUSE)
+            self._cond.notify_all()
+
+    def _keep_current(self) -> None:
+        """Under the lock: the update the sender held and did not settle waits again."""
+        current, self._current = self._current, None
+        self._in_flight = False
+        if current is not None and current[0] > self._settled and self._pending is None:
+            self._pending_seq, self._pending = current
+
+    def _ended(self) -> None:
+        """The sending thread's last act, however it ends. Unless closed, an update it
+        held or left pending gets a new thread (and the backoff of a failed post, so a
+        thread that keeps dying cannot spin)."""
+        assert self._transport is not None
+        try:
             self._transport.close()
+        finally:
+            with self._cond:
+                if self._thread is threading.current_thread():
+                    self._thread = None
+                self._keep_current()
+                if not self._closed and self._thread is None and self._pending is not None:
+                    with contextlib.suppress(Exception):
+                        self._pacer.failed(self._monotonic(), None)
+                    self._revive()
+                self._cond.notify_all()
 
     def _next(self) -> tuple[int, Taken] | None:
         """Wait (holding the condition) until an update may be sent; None once closed.
@@ -327,6 +399,7 @@ class StatusReporter:
                 job = (self._pending_seq, self._pending)
                 self._pending = None
                 self._in_flight = True
+                self._current = job
                 self._pacer.started(now)
                 return job
         return None
@@ -392,6 +465,7 @@ class StatusReporter:
             )
         with self._cond:
             self._in_flight = False
+            self._current = None
             self.stats.posts += 1
             if ok:
                 self._pacer.succeeded()

@@ -5,6 +5,10 @@ connection is opened on first use, reused while the server keeps it, and reopene
 any error. A request on a reused connection that
 the server had already closed is sent again once on a fresh one (the usual keep-alive
 race; a status post may be repeated safely, the server orders by lastUpdatedTime).
+
+The socket is made here, not by http.client, so that ``abort`` can reach it while it
+connects and while its TLS handshake runs: a server that accepts the connection and then
+drips or withholds its handshake must not hold the sending thread after ``close``.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import http.client
 import json
 import socket
 import ssl
+import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .credentials import CAFile
@@ -47,6 +53,20 @@ class Answer:
 _CLOSED = Answer(NO_ANSWER, "Closed", "the reporter was closed")
 
 
+class _Connection(http.client.HTTPConnection):
+    """http.client's connection over a socket that ``open_socket`` makes (plain or TLS,
+    connected), also when http.client reopens it by itself."""
+
+    def __init__(
+        self, host: str, port: int, timeout: float, open_socket: Callable[[], socket.socket]
+    ) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self._open_socket = open_socket
+
+    def connect(self) -> None:
+        self.sock = self._open_socket()
+
+
 class Transport:
     """Posts bodies to ``url`` (``https://`` verified with ``ca``, or plain ``http://``)."""
 
@@ -56,13 +76,15 @@ class Transport:
             raise ValueError(f"not an http(s) URL: {url!r}")
         self.secure = parts.scheme == "https"
         self.host = parts.hostname
-        self.port = parts.port
+        self.port = parts.port or (443 if self.secure else 80)
         self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self.ca = ca
         self.timeout = timeout
         self._connection: http.client.HTTPConnection | None = None
         self._used = False
         self._aborted = False
+        # The socket being connected or shaking hands, for abort() to shut down.
+        self._opening: socket.socket | None = None
         self.connections_opened = 0
 
     def post(self, body: bytes, token: str | None) -> Answer:
@@ -108,12 +130,13 @@ class Transport:
         The sending thread still closes the connection."""
         self._aborted = True
         connection = self._connection
-        sock = None if connection is None else connection.sock
-        if sock is not None:
-            # The plain socket's shutdown: SSLSocket's own would drop its TLS object under
-            # the reading thread. OSError: closed meanwhile by the sending thread.
-            with contextlib.suppress(OSError):
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        for sock in (self._opening, None if connection is None else connection.sock):
+            if sock is not None:
+                # The plain socket's shutdown: SSLSocket's own would drop its TLS object
+                # under the reading thread. OSError: closed meanwhile by the sending
+                # thread, or not connected yet (then the sending thread sees the flag).
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
     def forget(self) -> None:
         """Drop the connection without touching its socket (after fork, in the child)."""
@@ -123,16 +146,63 @@ class Transport:
 
     def _connect(self) -> http.client.HTTPConnection:
         if self._connection is None:
-            if self.secure:
-                self._connection = http.client.HTTPSConnection(
-                    self.host, self.port, timeout=self.timeout, context=self.ca.context()
-                )
-            else:
-                self._connection = http.client.HTTPConnection(
-                    self.host, self.port, timeout=self.timeout
-                )
+            self._connection = _Connection(self.host, self.port, self.timeout, self._open)
+            self._connection.default_port = 443 if self.secure else 80  # for the Host header
             self.connections_opened += 1
         return self._connection
+
+    def _open(self) -> socket.socket:
+        """A connected socket, TLS done for https, within ``timeout`` from the start of
+        the connect to the end of the handshake. The name lookup is not cut by abort()."""
+        deadline = time.monotonic() + self.timeout
+        failure: OSError = OSError(f"no address for {self.host!r}")
+        for family, kind, proto, _, address in socket.getaddrinfo(
+            self.host, self.port, type=socket.SOCK_STREAM
+        ):
+            sock = self._watched(socket.socket(family, kind, proto))
+            try:
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                sock.connect(address)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError as exc:
+                sock.close()
+                self._opening = None
+                failure = exc
+                if self._aborted:
+                    break
+                continue
+            try:
+                if self.secure:
+                    sock = self._handshake(sock, deadline)
+                sock.settimeout(self.timeout)
+            except BaseException:
+                sock.close()
+                raise
+            finally:
+                self._opening = None
+            return sock
+        raise failure
+
+    def _handshake(self, sock: socket.socket, deadline: float) -> ssl.SSLSocket:
+        tls = self.ca.context().wrap_socket(
+            sock, server_hostname=self.host, do_handshake_on_connect=False
+        )
+        self._watched(tls)
+        # A socket timeout bounds the whole handshake (not each read), so a server that
+        # drips it cannot stretch it; abort() cuts it sooner.
+        tls.settimeout(max(deadline - time.monotonic(), 0.001))
+        tls.do_handshake()
+        return tls
+
+    def _watched(self, sock: socket.socket) -> socket.socket:
+        """Make ``sock`` the one abort() shuts down; raises if abort() came first (it
+        sets its flag before it looks, so one of the two always sees the other)."""
+        self._opening = sock
+        if self._aborted:
+            self._opening = None
+            sock.close()
+            raise ConnectionAbortedError("the reporter was closed")
+        return sock
 
     def _answer(self, response: http.client.HTTPResponse) -> Answer:
         raw = response.read(MAX_ANSWER_BYTES + 1)

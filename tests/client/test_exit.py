@@ -186,3 +186,49 @@ def test_a_forked_child_reports_through_its_own_reporter(sink: Sink) -> None:
     done = run(code, sink.environ())
     assert done.returncode == 0, done.stderr
     assert [r.status["progressPercentage"] for r in sink.requests] == [10, 77, 20]
+
+
+def release_later(sink: Sink, seconds: float) -> threading.Timer:
+    """Opens the sink's gate after ``seconds``: a server that answers that late."""
+    timer = threading.Timer(seconds, sink.gate.set)
+    timer.start()
+    return timer
+
+
+def test_an_explicit_flush_waits_its_own_timeout_past_the_flush_timeout(
+    sink: Sink, make_reporter: MakeReporter
+) -> None:
+    reporter = make_reporter(min_interval=0, flush_timeout=0.2)
+    sink.gate.clear()
+    reporter.report(100)
+    sink.wait_for(1)
+    timer = release_later(sink, 0.6)  # later than flush_timeout, sooner than asked for
+    assert reporter.flush(30) is True
+    timer.join()
+
+
+def test_an_explicit_flush_after_one_that_spent_the_budget_still_waits(
+    sink: Sink, make_reporter: MakeReporter
+) -> None:
+    reporter = make_reporter(min_interval=0, flush_timeout=0.2)
+    sink.gate.clear()
+    reporter.report(100)
+    sink.wait_for(1)
+    assert reporter.flush(0.3) is False  # spends the whole shared budget
+    timer = release_later(sink, 0.3)
+    assert reporter.flush(30) is True  # the caller's timeout, not what is left
+    timer.join()
+
+
+def test_a_wait_on_the_way_out_after_an_explicit_flush_spent_the_budget_returns_at_once(
+    sink: Sink, make_reporter: MakeReporter
+) -> None:
+    reporter = make_reporter(min_interval=0, flush_timeout=0.2)
+    with sink.stalled():
+        reporter.report(100)
+        sink.wait_for(1)
+        assert reporter.flush(0.3) is False
+        waits = reporter.stats.waits
+        # What train end in the framework callbacks, close() and the exit hook ask for.
+        assert reporter.flush(3600, within_budget=True) is False
+        assert reporter.stats.waits == waits  # it never blocked

@@ -66,6 +66,7 @@ def test_progress_eta_and_metrics_through_a_fit() -> None:
     assert last[:2] == (100, 0)
     assert last[2]["val_loss"] == 0.25
     assert reporter.flushes == 1
+    assert reporter.within_budget == [True]  # a wait on the way out
 
 
 def test_metrics_are_read_at_most_once_per_interval() -> None:
@@ -97,6 +98,7 @@ def test_an_exception_flushes_what_was_reported() -> None:
     with pytest.raises(RuntimeError):
         fit(reporter, fail_at=3)
     assert reporter.flushes == 1
+    assert reporter.within_budget == [True]  # a wait on the way out
     assert reporter.reports[-1][0] == 20  # not 100: training did not finish
 
 

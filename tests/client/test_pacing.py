@@ -45,6 +45,14 @@ def test_backoff_doubles_up_to_the_cap_with_jitter_and_resets_on_success() -> No
     assert low.failed(0.0, None) == 0.25  # never less than half the step
 
 
+@pytest.mark.parametrize("failures", [1_025, 10**6, 10**100])
+def test_backoff_stays_at_its_cap_however_long_the_outage(failures: int) -> None:
+    # 0.5 * 2**1024 overflows a float: the exponent is capped before it is used.
+    pacer = Pacer(min_interval=0.0, failures=failures - 1, random=lambda: 1.0)
+    assert pacer.failed(0.0, None) == 60.0
+    assert pacer.failures == failures
+
+
 @pytest.mark.parametrize(
     ("header", "seconds"),
     [
@@ -57,6 +65,8 @@ def test_backoff_doubles_up_to_the_cap_with_jitter_and_resets_on_success() -> No
         ("soon", None),
         (email.utils.formatdate(1_000_030, usegmt=True), 30.0),
         (email.utils.formatdate(999_000, usegmt=True), 0.0),  # in the past
+        ("Mon, 01 Jan 99999999999 00:00:00 GMT", None),  # a year past any date type
+        ("9" * 400, math.inf),  # read as inf; the Pacer caps it
     ],
 )
 def test_parse_retry_after(header: str | None, seconds: float | None) -> None:

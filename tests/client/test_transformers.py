@@ -24,6 +24,7 @@ class RecordingReporter:
     def __init__(self) -> None:
         self.reports: list[tuple[Any, ...]] = []
         self.flushes = 0
+        self.within_budget: list[bool] = []  # per flush: bounded by the shared budget?
 
     def report(
         self,
@@ -39,8 +40,9 @@ class RecordingReporter:
         )
         return True
 
-    def flush(self, timeout: float | None = None) -> bool:
+    def flush(self, timeout: float | None = None, *, within_budget: bool = False) -> bool:
         self.flushes += 1
+        self.within_budget.append(within_budget)
         return True
 
 
@@ -92,6 +94,7 @@ def test_progress_eta_and_metrics_through_a_run() -> None:
     assert last[2]["eval_loss"] == 0.5
     assert last[3] == 20
     assert reporter.flushes == 1
+    assert reporter.within_budget == [True]  # train end is a wait on the way out
 
 
 def test_a_run_against_the_sink_ends_with_100_percent(

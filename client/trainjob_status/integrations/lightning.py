@@ -99,12 +99,12 @@ class TrainJobStatusCallback(_Base):
         if reporter is not None:
             self._collect(trainer)
             self._send(trainer, 100, 0)
-            reporter.flush(self.flush_timeout)
+            reporter.flush(self.flush_timeout, within_budget=True)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         reporter = self._reporter()
         if trainer.is_global_zero and reporter is not None:
-            reporter.flush(self.flush_timeout)
+            reporter.flush(self.flush_timeout, within_budget=True)
 
     def _percent(self, trainer: Any) -> int | None:
         percent = self._progress.percent(trainer.global_step, self._total)

@@ -105,7 +105,7 @@ class TrainJobStatusCallback(_Base):
         reporter = self._reporter()
         if reporter is not None:
             self._send(state, 100, 0)
-            reporter.flush(self.flush_timeout)
+            reporter.flush(self.flush_timeout, within_budget=True)
 
     def _send_progress(self, state: Any) -> None:
         step, total = state.global_step, state.max_steps
