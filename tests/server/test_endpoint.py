@@ -335,6 +335,62 @@ async def test_a_time_far_in_the_future_is_refused(
 
 
 @pytest.mark.parametrize(
+    "text",
+    [
+        "2026-12-02T18:33:25+99:99",  # the API server's date-time check takes these three
+        "2026-12-02T18:33:25Ztrailing",
+        "2026-12-02T18:33:25,5Z",
+        "2026-12-02T18:33:25+24:00",
+        "2026-12-02T18:33:25",
+    ],
+)
+async def test_a_last_updated_time_that_is_not_rfc_3339_is_refused_and_nothing_is_written(
+    poster: Poster, devcluster: DevCluster, trainjob: str, text: str
+) -> None:
+    before = rv(devcluster)
+    devcluster.faults.reset_counts()
+    code, body = await poster.post(
+        trainjob, {"trainerStatus": {"progressPercentage": 5, "lastUpdatedTime": text}}
+    )
+    quoted = json.dumps(text)
+    cause = (
+        f"Invalid value: {quoted}: trainerStatus.lastUpdatedTime in body must be of type "
+        f"date-time: {quoted}"
+    )
+    not_checked = (
+        "Invalid value: null: some validation rules were not checked because the object "
+        "was invalid; correct the existing errors to complete validation"
+    )
+    assert code == 422
+    assert body == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f'TrainJob.trainer.kubeflow.org "tj" is invalid: '
+        f"[status.trainerStatus.lastUpdatedTime: {cause}, <nil>: {not_checked}]",
+        "reason": "Invalid",
+        "details": {
+            "name": "tj",
+            "group": "trainer.kubeflow.org",
+            "kind": "TrainJob",
+            "causes": [
+                {
+                    "reason": "FieldValueTypeInvalid",
+                    "message": cause,
+                    "field": "status.trainerStatus.lastUpdatedTime",
+                },
+                {"reason": "FieldValueInvalid", "message": not_checked, "field": "<nil>"},
+            ],
+        },
+        "code": 422,
+    }
+    assert rv(devcluster) == before
+    assert devcluster.faults.count("patch") == 0
+    assert "status" not in stored(devcluster)
+
+
+@pytest.mark.parametrize(
     ("fault", "expected"),
     [
         (500, ("InternalError", "Internal error", 500)),

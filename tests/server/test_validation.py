@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
@@ -20,8 +21,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from trainjob_devcluster.gofmt import go_quote
 from trainjob_devcluster.resources import load_trainjob_crd, resource_from_crd
 from trainjob_devcluster.schema import StructuralSchema
+from trainjob_devcluster.schemaformats import is_date_time
 from trainjob_devcluster.status import Cause as DevCause
 from trainjob_devcluster.status import invalid
 from trainjob_status_server.status import validation
@@ -718,14 +721,11 @@ def test_huge_number_in_an_ignored_field_is_ignored() -> None:
         ("2026-12-02T18:33:25.123456+00:00", "2026-12-02T18:33:25.123456Z"),
         ("2026-12-02T20:33:25.5+02:00", "2026-12-02T18:33:25.500000Z"),
         ("2026-12-02T18:33:25.123456789Z", "2026-12-02T18:33:25.123456Z"),  # truncated
-        ("2026-12-02t18:33:25z", "2026-12-02T18:33:25Z"),
-        ("2026-12-02T18:33:25,25Z", "2026-12-02T18:33:25.250000Z"),
-        # strfmt.IsDateTime quirks the API server accepts: any separator before the
-        # fraction, any offset up to 99:99, anything after a second "t".
-        ("2026-12-02T18:33:25x5Z", "2026-12-02T18:33:25.500000Z"),
-        ("2026-12-06T18:33:25+99:99", "2026-12-02T13:54:25Z"),
+        ("2026-12-02t18:33:25z", "2026-12-02T18:33:25Z"),  # RFC 3339 allows both cases
         ("2026-12-02T13:33:25-05:00", "2026-12-02T18:33:25Z"),
-        ("2026-12-02T18:33:25Zthe rest\nis ignored", "2026-12-02T18:33:25Z"),
+        ("2026-12-03T18:32:25+23:59", "2026-12-02T18:33:25Z"),
+        ("2026-12-01T18:34:25-23:59", "2026-12-02T18:33:25Z"),
+        ("2026-12-02T18:33:25-00:00", "2026-12-02T18:33:25Z"),
         ("2024-02-29T00:00:00Z", "2024-02-29T00:00:00Z"),
         ("0001-01-01T00:00:00Z", "0001-01-01T00:00:00Z"),
     ],
@@ -755,6 +755,20 @@ def test_date_times_accepted(text: str, instant: str) -> None:
         "2026-12-02T18:33:25Z ",
         " 2026-12-02T18:33:25Z",
         "２０２６-12-02T18:33:25Z",
+        # strfmt.IsDateTime, which the API server runs, accepts these (it lowers the text
+        # and splits it on "t", and its pattern has "." for any character and [0-9]{2}
+        # for offset hours and minutes); RFC 3339 does not, and neither does Go's
+        # time.Parse behind metav1.Time for the offsets and the trailing text.
+        "2026-12-06T18:33:25+99:99",
+        "2026-12-02T18:33:25+24:00",
+        "2026-12-02T18:33:25-23:60",
+        "2026-12-02T18:33:25Ztrailing",
+        "2026-12-02T18:33:25ZTjunk",
+        "2026-12-02T18:33:25+01:00t",
+        "2026-12-02T18:33:25Zthe rest\nis ignored",
+        "2026-12-02T18:33:25,25Z",
+        "2026-12-02T18:33:25x5Z",
+        "2026-12-02T18:33:25é5Z",
     ],
 )
 def test_date_times_refused(text: str) -> None:
@@ -1036,12 +1050,29 @@ STORED: dict[str, Any] = {
 FAR_RECEIVED = datetime(9500, 1, 1, tzinfo=UTC)
 
 
+# RFC 3339's date-time (section 5.6), written out apart from the module under test.
+RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
+    r"([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])\Z"
+)
+NOT_A_TIME = "not-a-time"
+
+
 def devcluster_causes(status: dict[str, Any]) -> list[DevCause]:
     """What the devcluster says of a /status write leaving trainerStatus = ``status``,
-    after our one documented change: a missing or null lastUpdatedTime is stamped."""
+    after our two documented changes: a missing or null lastUpdatedTime is stamped, and
+    one that the API server's date-time check (which the devcluster copies) accepts but
+    RFC 3339 does not is answered as a string that is no date-time."""
     stamped = copy.deepcopy(status)
-    if stamped.get("lastUpdatedTime") is None:
+    text = stamped.get("lastUpdatedTime")
+    if text is None:
         stamped["lastUpdatedTime"] = format_time(FAR_RECEIVED)
+    elif type(text) is str and is_date_time(text) and not RFC3339.match(text):
+        stamped["lastUpdatedTime"] = NOT_A_TIME
+        return [
+            DevCause(c.reason, c.message.replace(go_quote(NOT_A_TIME), go_quote(text)), c.field)
+            for c in devcluster_causes(stamped)
+        ]
     obj = copy.deepcopy(STORED)
     obj["status"] = {"trainerStatus": stamped}
     SCHEMA.prune(obj)

@@ -29,7 +29,8 @@ Three outcomes besides success:
     after a blocking error): a time more than 5 minutes after the post was received
     (a clock that far off is broken, and the stamp is what users read), and a time
     outside years 1..9999 UTC (which the API server accepts, e.g. year 0000, but no
-    ordering can use).
+    ordering can use). And one stricter reading of the ``date-time`` format, answered as
+    the API server answers a string that is not one (below).
 ``None``
     Nothing to write: no ``trainerStatus`` or ``"trainerStatus": null``.
 
@@ -54,11 +55,21 @@ Decisions, each as the API server or the peer behaves unless said otherwise:
   metric), then each metric's missing required fields, then ``maxItems``. The API server
   walks the schema's properties in Go map order, so a recorded answer only pins one order
   (the body's, in the recordings); the body's order is the one that is stable.
-- ``lastUpdatedTime`` is accepted exactly when kube-openapi's ``strfmt.IsDateTime``
-  accepts it (quirks included: any character before the fraction digits, any ``±HH:MM``
-  offset up to 99:99, anything after a second ``T``), then written in UTC as
-  ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z`` (fraction digits past microseconds are dropped), so
-  the API server only ever sees that form.
+- ``lastUpdatedTime`` is accepted when it is an RFC 3339 date-time (section 5.6: ``T``
+  or ``t``, a ``.`` before the fraction digits, ``Z``/``z`` or an offset within
+  ``±23:59``, nothing after it) that kube-openapi's ``strfmt.IsDateTime`` also accepts
+  (no leap second, a real calendar day). ``IsDateTime``, which the API server runs for
+  the CRD's ``format: date-time``, takes more: any ``±NN:NN`` offset (``+99:99``), any
+  character before the fraction digits (``,5``, ``x5``), anything after a second ``t``
+  (``Ztrailing``: it splits the lowered text on ``t``). Those are refused here with the
+  message the API server gives a string that is no date-time (``FieldValueTypeInvalid``
+  and the "not checked" cause): what such a client meant cannot be known (Go's
+  ``time.Parse``, and so ``metav1.Time``, which Kubeflow Trainer's Go types use for this
+  field, refuse ``+99:99`` and trailing text), and reading them as ``IsDateTime``'s
+  pattern does stored times days off or cut short. An accepted time is written in UTC as
+  ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``: the instant the client sent (fraction digits past
+  microseconds dropped), the form Go's RFC 3339 writes for a UTC time, so readers in any
+  language agree on it.
 """
 
 from __future__ import annotations
@@ -753,17 +764,14 @@ def _check_encodable(text: str, path: str) -> None:
         raise PayloadError(f"{path}: string holds an unpaired UTF-16 surrogate") from None
 
 
-# strfmt.IsDateTime: the text is lowered and split on "t"; the first part must be a date
-# (Go's time.Parse "2006-01-02"), the second match DateTimePattern with hours <= 23 and
-# minutes, seconds <= 59; later parts are ignored. As one expression: the character
-# before the fraction digits is any but a newline or a "t", and a "t" may end the time.
+# RFC 3339's date-time where strfmt.IsDateTime agrees: hours <= 23, minutes and seconds
+# <= 59 (IsDateTime has no leap second), offsets within 23:59, a "." before the fraction,
+# nothing after the zone. The day is checked against the calendar after the match.
 _DATE_TIME = re.compile(
     r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]"
     r"([01][0-9]|2[0-3]):([0-5][0-9]):([0-5][0-9])"
-    r"(?:[^\ntT]([0-9]+))?"
-    r"(?:[Zz]|([+-])([0-9]{2}):([0-9]{2}))"
-    r"(?:[Tt].*)?\Z",
-    re.DOTALL,
+    r"(?:\.([0-9]+))?"
+    r"(?:[Zz]|([+-])([01][0-9]|2[0-3]):([0-5][0-9]))\Z"
 )
 
 
@@ -772,7 +780,7 @@ _DATE_TIME = re.compile(
 # reads it at all; whatever it refuses takes the exact path.
 _COMMON = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
-    r"(?:\.[0-9]+)?(?:Z|[+-][0-9]{2}:[0-9]{2})\Z"
+    r"(?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])\Z"
 )
 
 
