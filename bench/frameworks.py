@@ -2,7 +2,8 @@
 
 Endpoints, all on this machine: ``healthy`` (our server on a devcluster, TLS, direct
 writes), ``slow`` (answers every post after 2 s) and ``hung`` (accepts connections and
-never answers). Reporting: none, transformers' built-in ``KubeflowCallback`` (switched on
+never answers), and for the ``client`` rows ``drip`` (accepts connections and drips its
+TLS handshake, a byte every half second, never finishing it). Reporting: none, transformers' built-in ``KubeflowCallback`` (switched on
 by the pod's variables alone), ours (``attach(trainer)``), and ours in Lightning; plus
 ``client`` rows, the reporter alone (no framework, no torch): report per step, train-end
 flush, ``close()``, exit.
@@ -12,8 +13,9 @@ row gives the steps timed, steps/s over them (the first two left out: warm-up), 
 train-end time (last step to ``train()``/``fit()`` returning: the final log and the
 train-end hooks, the flush among them), the exit time (``train()`` returning, then
 ``close()`` where ours reports, to the process gone: interpreter teardown included, so
-compare with the ``none`` row), the blocking waits of our reporter and, for the healthy
-endpoint, the progress stored in the TrainJob.
+compare with the ``none`` row), the blocking waits of our reporter, "sender left
+running" when our sending thread was still alive after ``close()`` returned and, for the
+healthy endpoint, the progress stored in the TrainJob.
 
 Transformers (with accelerate, which its ``Trainer`` needs): a 2-layer GPT-2 on random
 tokens. Lightning: a small MLP on random data
@@ -57,6 +59,8 @@ from trainjob_status.contract import (
 NS = "bench"
 SLOW_SECONDS = 2.0
 ENDPOINTS = ("healthy", "slow", "hung")
+CLIENT_ENDPOINTS = (*ENDPOINTS, "drip")
+DRIP_SECONDS = 0.5
 
 
 def installed(*modules: str) -> list[str]:
@@ -88,6 +92,7 @@ class Stack:
         self._jobs = 0
         self._slow: ThreadingHTTPServer | None = None
         self._hung: socket.socket | None = None
+        self._drip: socket.socket | None = None
         self._held: list[socket.socket] = []
 
     def start(self) -> None:
@@ -108,6 +113,7 @@ class Stack:
         self.server_url = self.stack.server.url.replace("127.0.0.1", "localhost")
         self._start_slow()
         self._start_hung()
+        self._start_drip()
 
     def new_trainjob(self) -> tuple[str, str]:
         """A fresh TrainJob with one pod; its status URL and that pod's token."""
@@ -161,13 +167,39 @@ class Stack:
         threading.Thread(target=accept, daemon=True).start()
         self._hung = listener
 
+    def _start_drip(self) -> None:
+        listener = socket.create_server(("127.0.0.1", 0))
+
+        def drip(connection: socket.socket) -> None:
+            # A TLS handshake record announcing 16 KiB, then its bytes, slowly: each read
+            # of the client's handshake gets a byte well within any socket timeout.
+            with contextlib.suppress(OSError):
+                connection.sendall(b"\x16\x03\x03\x40\x00")
+                while True:
+                    time.sleep(DRIP_SECONDS)
+                    connection.sendall(b"\x02")
+
+        def accept() -> None:
+            with contextlib.suppress(OSError):
+                while True:
+                    connection, _ = listener.accept()
+                    self._held.append(connection)
+                    threading.Thread(target=drip, args=(connection,), daemon=True).start()
+
+        threading.Thread(target=accept, daemon=True).start()
+        self._drip = listener
+
     def url(self, endpoint: str) -> tuple[str, str]:
         if endpoint == "healthy":
             return self.new_trainjob()
         assert self._slow is not None
         assert self._hung is not None
-        slow = endpoint == "slow"
-        port = self._slow.server_address[1] if slow else self._hung.getsockname()[1]
+        assert self._drip is not None
+        listening = {"hung": self._hung, "drip": self._drip}
+        if endpoint == "slow":
+            port = self._slow.server_address[1]
+        else:
+            port = listening[endpoint].getsockname()[1]
         return f"https://localhost:{port}{status_path(NS, 'job')}", "bench-token"
 
     def close(self) -> None:
@@ -175,6 +207,8 @@ class Stack:
             self._slow.shutdown()
         if self._hung is not None:
             self._hung.close()
+        if self._drip is not None:
+            self._drip.close()
         for connection in self._held:
             connection.close()
         if self.stack is not None:
@@ -349,6 +383,7 @@ def child(framework: str, reporting: str, steps: int, smoke: bool) -> None:
             result = run_client(steps)
     result["returned_at"] = time.time()
     waits = None
+    left = False
     if reporting == "ours":
         from trainjob_status import default_reporter
 
@@ -356,7 +391,9 @@ def child(framework: str, reporting: str, steps: int, smoke: bool) -> None:
         if reporter is not None:
             reporter.close()  # as a careful script does; the exit hook then has nothing to do
             waits = getattr(reporter.stats, "waits", None)  # older clients do not count
+            left = any(t.name == "trainjob-status" for t in threading.enumerate())
     result["waits"] = waits
+    result["sender_left"] = left
     print("RESULT " + json.dumps(result), flush=True)
 
 
@@ -378,7 +415,7 @@ class Scenario:
 def scenarios(args: argparse.Namespace) -> Iterator[Scenario]:
     only = set(args.only.split(",")) if args.only else {"client", "transformers", "lightning"}
     if "client" in only:
-        for endpoint in ENDPOINTS:
+        for endpoint in CLIENT_ENDPOINTS:
             yield Scenario("client", "ours", endpoint, args.steps)
     if "transformers" in only:
         yield Scenario("transformers", "none", None, args.steps)
@@ -434,11 +471,12 @@ def run(stack: Stack, scenario: Scenario, smoke: bool, workdir: Path) -> str:
     if scenario.endpoint == "healthy" and url is not None:
         stored = f"  stored progress {stack.stored_progress(url)}"
     waits = "" if result["waits"] is None else f"  blocking waits {result['waits']}"
+    left = "  sender left running" if result["sender_left"] else ""
     posting = ",".join(result["callbacks"]) or "-"
     return (
         f"{scenario.label} steps {result['steps']:>5}  steps/s {result['rate']:8.1f}  "
         f"train end {result['train_end']:6.2f} s  exit {gone - result['returned_at']:6.2f} s"
-        f"{waits}  callbacks {posting}{stored}"
+        f"{waits}{left}  callbacks {posting}{stored}"
     )
 
 

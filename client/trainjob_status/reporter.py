@@ -212,7 +212,7 @@ class StatusReporter:
         """Send what is pending now (not waiting for the throttle window) and wait for it,
         at most ``timeout`` seconds (default ``flush_timeout``). True when every update
         taken so far was delivered (an update replaced by a newer one counts as the newer
-        one); vacuously True when none was taken. Never raises.
+        one); vacuously True when none was taken.
 
         A wait that ends without delivery spends the shared wait budget; a delivery
         restores it. ``within_budget`` also bounds this wait by what is left of that
@@ -256,9 +256,9 @@ class StatusReporter:
     def close(self, timeout: float | None = None) -> None:
         """Flush (bounded by ``timeout``, default ``flush_timeout``, and by what earlier
         waits left of the shared budget), then stop sending: a post still waiting for its
-        answer is cut short, and the sending thread has ended when close returns (unless
-        it is stuck opening a connection; close waits for it at most a second). Later
-        reports return False. Idempotent."""
+        answer is cut short, and so is a connect or TLS handshake in progress; the sending
+        thread has ended when close returns (unless it is stuck in a name lookup; close
+        waits for it at most a second). Later reports return False. Idempotent."""
         if self._closed:
             return
         try:

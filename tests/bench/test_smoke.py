@@ -124,6 +124,14 @@ BENCHES = [
         ),
     ),
     Bench(
+        "client_waits",
+        (
+            rf"^flush\({NUMBER}\) #1, server answering after {NUMBER} s: True after {NUMBER} s",
+            rf"^close\(\) during a dripping TLS handshake \(socket timeout {NUMBER} s\): "
+            rf"{NUMBER}-{NUMBER} s, sender alive after close in 0 of 1",
+        ),
+    ),
+    Bench(
         "frameworks",
         # The reporter-alone rows: no torch, transformers or Lightning needed.
         (
