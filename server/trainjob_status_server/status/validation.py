@@ -65,8 +65,9 @@ Decisions, each as the API server or the peer behaves unless said otherwise:
   message the API server gives a string that is no date-time (``FieldValueTypeInvalid``
   and the "not checked" cause): what such a client meant cannot be known (Go's
   ``time.Parse``, and so ``metav1.Time``, which Kubeflow Trainer's Go types use for this
-  field, refuse ``+99:99`` and trailing text), and reading them as ``IsDateTime``'s
-  pattern does stored times days off or cut short. An accepted time is written in UTC as
+  field, refuse ``+99:99`` and trailing text), and a reading that follows
+  ``IsDateTime``'s pattern would store them days off (``+99:99``) or cut short
+  (``Ztrailing``). An accepted time is written in UTC as
   ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``: the instant the client sent (fraction digits past
   microseconds dropped), the form Go's RFC 3339 writes for a UTC time, so readers in any
   language agree on it.
