@@ -337,6 +337,26 @@ async def test_a_time_far_in_the_future_is_refused(
 @pytest.mark.parametrize(
     "text",
     [
+        "2026-12-03T18:32:25+23:59",
+        "2026-12-01T18:34:25-23:59",
+        "2026-12-02t20:33:25.000000+02:00",
+        "2026-12-02T18:33:25z",
+    ],
+)
+async def test_an_rfc_3339_time_is_stored_as_the_instant_the_client_sent(
+    poster: Poster, devcluster: DevCluster, server: StatusServer, trainjob: str, text: str
+) -> None:
+    code, body = await poster.post(
+        trainjob, {"trainerStatus": {"progressPercentage": 5, "lastUpdatedTime": text}}
+    )
+    assert (code, body["trainerStatus"]["lastUpdatedTime"]) == (200, LUT)
+    await server.writer.wait_idle()
+    assert stored(devcluster)["status"]["trainerStatus"]["lastUpdatedTime"] == LUT
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
         "2026-12-02T18:33:25+99:99",  # the API server's date-time check takes these three
         "2026-12-02T18:33:25Ztrailing",
         "2026-12-02T18:33:25,5Z",
