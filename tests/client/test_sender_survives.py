@@ -208,7 +208,7 @@ STEPS = st.lists(
         st.just(("pause",)),
     ),
     min_size=1,
-    max_size=40,
+    max_size=60,
 )
 
 # The reporter's socket timeout; a hung answer comes after it.
@@ -245,7 +245,7 @@ def _step(
 
 
 @settings(
-    max_examples=15,
+    max_examples=25,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
