@@ -12,7 +12,16 @@ SERVER_STAMP := $(VENV)/.installed-server
 VENV_PY39 := .venv-py39
 VENV_MYPY39 := .venv-mypy39
 
-.PHONY: demo test lint typecheck unit client-py39 client-py39-run devcluster bench clean
+# Tools built from Go modules and files taken from them, kept between clones in a cache
+# keyed by their versions (tests/deploy/assets.py finds them by the same rules).
+GO ?= go
+TRAINJOB_STATUS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/trainjob-status
+export TRAINJOB_STATUS_CACHE
+HELM_VERSION := $(shell awk '$$1 == "require" { $$1 = ""; $$0 = $$0 } $$1 == "helm.sh/helm/v4" { print $$2; exit }' tools/helm/go.mod)
+HELM := $(TRAINJOB_STATUS_CACHE)/helm/$(HELM_VERSION)/helm
+
+.PHONY: demo test lint typecheck unit client-py39 client-py39-run devcluster bench clean \
+	deploy-assets helm-bin crds
 
 $(SERVER_STAMP): client/pyproject.toml server/pyproject.toml devcluster/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,7 +82,33 @@ client-py39-run: $(VENV_PY39)/.installed
 	rm -rf client/build
 	$(VENV_PY39)/bin/pytest -q --confcutdir=tests/client tests/client
 
-test: lint typecheck unit client-py39
+# helm (from tools/helm, at the version its go.mod pins) and the CRDs the manifests'
+# components need (tools/crds/crds.txt), for the chart's tests and the manifests applied
+# to a real API server. Where Go is missing it prints a SKIPPED line and those tests skip,
+# except under CI (TRAINJOB_STATUS_CI=1), where the build runs and fails without Go.
+deploy-assets:
+	@if command -v $(GO) >/dev/null 2>&1 || [ "$$TRAINJOB_STATUS_CI" = 1 ]; then \
+	  $(MAKE) --no-print-directory helm-bin crds; \
+	else \
+	  echo "deploy-assets: SKIPPED, $(GO) is not installed (helm and the CRDs are built from Go modules)"; \
+	fi
+
+helm-bin: $(HELM)
+
+# Stamped with its version as helm's own release build does (`helm version` prints it);
+# built beside its place and moved in, so an interrupted build never looks complete.
+$(HELM):
+	@test -n "$(HELM_VERSION)" || { echo "tools/helm/go.mod requires no helm.sh/helm/v4" >&2; exit 1; }
+	mkdir -p $(@D)
+	cd tools/helm && CGO_ENABLED=0 $(GO) build -buildvcs=false -trimpath \
+	  -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" \
+	  -o $@.partial helm.sh/helm/v4/cmd/helm
+	mv $@.partial $@
+
+crds:
+	tools/crds/fetch.sh $(TRAINJOB_STATUS_CACHE)
+
+test: lint typecheck deploy-assets unit client-py39
 
 devcluster: $(STAMP)
 	$(BIN)/trainjob-devcluster serve --port 6443 --kubeconfig-out devcluster.kubeconfig
