@@ -142,8 +142,11 @@ class ClusterApp:
             return self.paths.serve(request, user)
         query = request.query
         verb = info.verb
-        if verb in ("list", "watch") and verb not in resource.verbs:
-            # The reviews are create-only: a GET of their collection is no list.
+        if resource.verbs == ("create",) and info.name:
+            # Reviews have no names: the API server has no route for one (404, not 405).
+            raise status.no_route()
+        if resource.verbs == ("create",) and verb != "create":
+            # Nor any method but POST on their collection (a GET is no list).
             raise status.method_not_allowed()
         if verb == "watch":
             return self._watch(request, connection, info, resource)

@@ -155,9 +155,11 @@ async def test_a_service_account_needs_rbac_to_ask(api: Api, devcluster: DevClus
         "/apis/authentication.k8s.io/v1/tokenreviews",
     ],
 )
-@pytest.mark.parametrize("method", ["GET", "DELETE"])
+@pytest.mark.parametrize("method", ["GET", "DELETE", "PUT", "PATCH"])
 async def test_review_collections_answer_only_post(api: Api, path: str, method: str) -> None:
-    code, body, _ = await api.call(method, path)
+    sent = {} if method in ("PUT", "PATCH") else None
+    kind = "application/merge-patch+json" if method == "PATCH" else "application/json"
+    code, body, _ = await api.call(method, path, sent, content_type=kind)
     assert (code, body) == (
         405,
         {
@@ -195,3 +197,22 @@ async def test_a_self_review_answers_for_the_caller(api: Api, devcluster: DevClu
     assert (code, body["status"]) == (201, {"allowed": False})
     # Nothing is stored: a review is an answer, not an object.
     assert devcluster.list("selfsubjectaccessreviews", group="authorization.k8s.io") == []
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+async def test_a_named_review_has_no_route(api: Api, method: str) -> None:
+    body = {} if method == "PUT" else None
+    code, answer, _ = await api.call(method, PATH + "/some-name", body)
+    assert (code, answer) == (
+        404,
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "the server could not find the requested resource",
+            "reason": "NotFound",
+            "details": {},
+            "code": 404,
+        },
+    )
