@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from .assets import helm
-from .rendering import ROOT, TARGETS, Doc
+from .rendering import ROOT, TARGETS, Doc, combinations
 
 CHART = ROOT / "charts" / "trainjob-status"
 CI_VALUES = CHART / "ci"
@@ -128,3 +128,16 @@ def differences(want: Any, got: Any, path: str = "") -> list[str]:
 def key(doc: Doc) -> str:
     meta = doc["metadata"]
     return f"{doc['kind']} {meta.get('namespace', '-')}/{meta['name']}"
+
+
+def variants() -> list[tuple[str, tuple[str, ...]]]:
+    """Every overlay with every combination of the components, the migration's component,
+    and secure metrics where the overlay has them not already (kustomize refuses them
+    twice)."""
+    found = []
+    for overlay in sorted(RELEASE_NAMESPACES):
+        extra = [("override-existing",)]
+        if overlay != "kubeflow":
+            extra.append(("prometheus", "secure-metrics"))
+        found += [(overlay, c) for c in [*combinations(), *extra]]
+    return found

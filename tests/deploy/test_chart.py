@@ -22,9 +22,10 @@ from .chart import (
     run_helm,
     template,
     values_for,
+    variants,
     without_helm_labels,
 )
-from .rendering import TARGETS, Doc, combinations, one, render
+from .rendering import TARGETS, Doc, one, render
 
 VALUES_FILES = sorted(CI_VALUES.glob("*.yaml"))
 # Each file in ci/ and the overlay and components it stands for (with an image, if set).
@@ -65,19 +66,6 @@ def test_every_values_file_is_covered_and_renders_its_overlay(values_file: Path)
     overlay, components, image = CI_OVERLAYS[values_file.name]
     helmed = template(namespace=RELEASE_NAMESPACES[overlay], values_file=values_file)
     assert_same_objects(render(overlay, *components, image=image), helmed)
-
-
-def variants() -> list[tuple[str, tuple[str, ...]]]:
-    """Every overlay with every combination of the components, the migration's component,
-    and secure metrics where the overlay has them not already (kustomize refuses them
-    twice)."""
-    found = []
-    for overlay in sorted(RELEASE_NAMESPACES):
-        extra = [("override-existing",)]
-        if overlay != "kubeflow":
-            extra.append(("prometheus", "secure-metrics"))
-        found += [(overlay, c) for c in [*combinations(), *extra]]
-    return found
 
 
 @pytest.mark.kubectl
