@@ -15,7 +15,7 @@ VENV_MYPY39 := .venv-mypy39
 # Tools built from Go modules and files taken from them, kept between clones in a cache
 # keyed by their versions (tests/deploy/assets.py finds them by the same rules).
 GO ?= go
-TRAINJOB_STATUS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/trainjob-status
+TRAINJOB_STATUS_CACHE ?= $(HOME)/.cache/trainjob-status
 export TRAINJOB_STATUS_CACHE
 HELM_VERSION := $(shell awk '$$1 == "require" { $$1 = ""; $$0 = $$0 } $$1 == "helm.sh/helm/v4" { print $$2; exit }' tools/helm/go.mod)
 HELM := $(TRAINJOB_STATUS_CACHE)/helm/$(HELM_VERSION)/helm

@@ -1,8 +1,7 @@
 """Where the tools and files built from Go modules are (helpers, no tests): helm, from
 tools/helm at the version its go.mod pins, and the CRDs listed in tools/crds/crds.txt.
-``make deploy-assets`` puts them in the cache, ``$TRAINJOB_STATUS_CACHE`` or
-``$XDG_CACHE_HOME/trainjob-status`` (``~/.cache/trainjob-status``); these helpers find
-them by the same rules.
+``make deploy-assets`` puts them in the cache, ``$TRAINJOB_STATUS_CACHE`` or else
+``~/.cache/trainjob-status``; these helpers find them by the same rule.
 
 Missing locally, the tests that need them skip, saying which make target builds them;
 under CI (``TRAINJOB_STATUS_CI=1``) they fail instead, as tests needing a missing binary
@@ -27,10 +26,7 @@ CRD_LIST = ROOT / "tools" / "crds" / "crds.txt"
 def cache() -> Path:
     """The cache folder, as the Makefile names it."""
     explicit = os.environ.get("TRAINJOB_STATUS_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "trainjob-status"
+    return Path(explicit) if explicit else Path.home() / ".cache" / "trainjob-status"
 
 
 def _missing(what: str, target: str) -> None:

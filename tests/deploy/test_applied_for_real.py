@@ -2,7 +2,8 @@
 --server-side`` to the real control plane (kube-apiserver and etcd), after the CRDs the
 components need, taken from their projects' Go modules: nothing refused, the cluster
 holds exactly what was rendered beside what it held before, and ``kubectl delete -k``
-removes exactly that. Then the Helm chart installed and uninstalled the same way.
+removes exactly that. Then the Helm chart installed (after ``--dry-run=server``),
+upgraded from one overlay's values to another's, and uninstalled the same way.
 
 A platform team installs into a cluster that already holds other things in the target
 namespace; a ConfigMap and a ClusterRole stand for them and must survive every step.
@@ -218,7 +219,14 @@ def test_helm_install_and_uninstall(
     docs = template(namespace=namespace, values_file=values_file)
     before = kubectl.held()
     common = ["--namespace", namespace, "--kubeconfig", kubectl.kubeconfig]
-    installed = run_helm("install", RELEASE, str(CHART), "--values", str(values_file), *common)
+    install = ["install", RELEASE, str(CHART), "--values", str(values_file), *common]
+    # The check docs/kubeflow.md runs first: the API server admits every object, and
+    # nothing is installed.
+    checked = run_helm(*install, "--dry-run=server")
+    assert checked.returncode == 0, checked.stderr
+    assert "STATUS: pending-install" in checked.stdout
+    assert set(kubectl.held()) == set(before)
+    installed = run_helm(*install)
     assert installed.returncode == 0, installed.stderr
     assert "STATUS: deployed" in installed.stdout
     assert_installed(kubectl, before, docs)
@@ -229,3 +237,26 @@ def test_helm_install_and_uninstall(
     uninstalled = run_helm("uninstall", RELEASE, *common)
     assert uninstalled.returncode == 0, uninstalled.stderr
     assert_removed(kubectl, before, docs)
+
+
+def test_helm_upgrade_between_overlays_keeps_exactly_the_new_objects(
+    kubectl: Kubectl, real_cluster: RealCluster
+) -> None:
+    """Upgrading a release from the bootstrap to cert-manager and every other component,
+    and back: Helm removes what the new values no longer render (the bootstrap's RBAC,
+    then the cert-manager and Prometheus objects) and nothing else."""
+    namespace = RELEASE_NAMESPACES["kubeflow"]
+    existing(real_cluster, kubectl, namespace)
+    before = kubectl.held()
+    common = ["--namespace", namespace, "--kubeconfig", kubectl.kubeconfig]
+    steps = ["kubeflow-values.yaml", "kubeflow-all-values.yaml", "kubeflow-values.yaml"]
+    for revision, name in enumerate(steps, start=1):
+        values = CI_VALUES / name
+        verb = "install" if revision == 1 else "upgrade"
+        done = run_helm(verb, RELEASE, str(CHART), "--values", str(values), *common)
+        assert done.returncode == 0, done.stderr
+        assert f"REVISION: {revision}" in done.stdout
+        assert_installed(kubectl, before, template(namespace=namespace, values_file=values))
+    done = run_helm("uninstall", RELEASE, *common)
+    assert done.returncode == 0, done.stderr
+    assert_removed(kubectl, before, [])
