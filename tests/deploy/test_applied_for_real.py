@@ -229,6 +229,12 @@ def test_helm_install_and_uninstall(
     installed = run_helm(*install)
     assert installed.returncode == 0, installed.stderr
     assert "STATUS: deployed" in installed.stdout
+    server_namespace = TARGETS[overlay]
+    assert (
+        f"kubectl -n {server_namespace} rollout status deploy/trainjob-status" in installed.stdout
+    )
+    secure = "--clusterrole=trainjob-status-metrics-reader" in installed.stdout
+    assert secure == (overlay == "kubeflow")
     assert_installed(kubectl, before, docs)
     listed = json.loads(run_helm("list", "--output", "json", *common).stdout)
     assert [(r["name"], r["status"], r["chart"]) for r in listed] == [

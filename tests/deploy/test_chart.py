@@ -4,6 +4,8 @@ overlays render, for every overlay and every combination of the components."""
 
 from __future__ import annotations
 
+import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import yaml
 
 from trainjob_status_server import __version__
 
-from .assets import helm_version
+from .assets import helm, helm_version
 from .chart import (
     CHART,
     CI_VALUES,
@@ -25,7 +27,7 @@ from .chart import (
     variants,
     without_helm_labels,
 )
-from .rendering import TARGETS, Doc, one, render
+from .rendering import ROOT, TARGETS, Doc, one, render
 
 VALUES_FILES = sorted(CI_VALUES.glob("*.yaml"))
 # Each file in ci/ and the overlay and components it stands for (with an image, if set).
@@ -216,3 +218,37 @@ def test_the_chart_carries_the_projects_version() -> None:
     share one version."""
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert (chart["version"], chart["appVersion"]) == (__version__, __version__)
+
+
+def documented_helm_commands() -> list[tuple[str, list[str]]]:
+    """Every ``helm install`` in README.md and docs/kubeflow.md, as (where, arguments)."""
+    found = []
+    for doc in ("README.md", "docs/kubeflow.md"):
+        text = (ROOT / doc).read_text().replace("\\\n", " ")
+        for line in text.splitlines():
+            if line.startswith("helm install "):
+                found.append((doc, shlex.split(line, comments=True)[1:]))
+    return found
+
+
+def test_the_documented_helm_commands_work() -> None:
+    """What README.md and docs/kubeflow.md tell a platform engineer to run renders (as
+    ``helm template``, with the same arguments; the real install is tested against
+    kube-apiserver), and what it renders is the kubeflow overlay with its image."""
+    commands = documented_helm_commands()
+    assert {doc for doc, _ in commands} == {"README.md", "docs/kubeflow.md"}
+    for doc, args in commands:
+        assert args[:3] == ["install", "trainjob-status", "charts/trainjob-status"], doc
+        args = [a for a in args[1:] if a != "--dry-run=server"]
+        done = subprocess.run(
+            [helm(), "template", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=ROOT,
+            timeout=60,
+        )
+        assert done.returncode == 0, (doc, done.stderr)
+        docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+        image = "registry.example.com/ml/trainjob-status:0.2.0"
+        assert_same_objects(render("kubeflow", image=image), docs)
