@@ -172,7 +172,9 @@ def test_a_failed_start_stops_etcd_and_removes_its_files(tmp_path: Path) -> None
     assert plane._processes == []
 
 
-@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGKILL])
+@pytest.mark.parametrize(
+    "signal_number", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"]
+)
 def test_an_interrupted_start_leaves_no_process(tmp_path: Path, signal_number: int) -> None:
     """Ctrl-C during the start stops both children and removes the folder; a SIGKILLed
     test run runs no finalizer, and the kernel stops the children all the same."""

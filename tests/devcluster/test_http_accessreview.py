@@ -74,8 +74,25 @@ async def test_non_resource_url_follows_the_cluster_role(api: Api, devcluster: D
 
 
 async def test_default_policy_paths_and_masters(api: Api) -> None:
+    # The default bindings that allow a path are named as RBAC names them.
     _, body, _ = await api.call("POST", PATH, non_resource("/healthz"))
-    assert body["status"] == {"allowed": True}
+    assert body["status"] == {
+        "allowed": True,
+        "reason": 'RBAC: allowed by ClusterRoleBinding "system:discovery" of ClusterRole '
+        '"system:discovery" to Group "system:authenticated"',
+    }
+    _, body, _ = await api.call("POST", PATH, non_resource("/openid/v1/jwks"))
+    assert body["status"]["reason"] == (
+        'RBAC: allowed by ClusterRoleBinding "system:service-account-issuer-discovery" of '
+        'ClusterRole "system:service-account-issuer-discovery" to Group "system:serviceaccounts"'
+    )
+    anonymous = non_resource("/version", user="system:anonymous")
+    anonymous["spec"]["groups"] = ["system:unauthenticated"]
+    _, body, _ = await api.call("POST", PATH, anonymous)
+    assert body["status"]["reason"] == (
+        'RBAC: allowed by ClusterRoleBinding "system:public-info-viewer" of ClusterRole '
+        '"system:public-info-viewer" to Group "system:unauthenticated"'
+    )
     _, body, _ = await api.call("POST", PATH, non_resource("/healthz", "create"))
     assert body["status"] == {"allowed": False}
     review = non_resource("/anything")

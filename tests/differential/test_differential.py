@@ -349,3 +349,72 @@ async def test_an_invalid_status_is_the_same_422(both: Both) -> None:
     assert status_fields(dev) == status_fields(real)
     assert real.code == 422
     assert dev.body["details"] == real.body["details"]
+
+
+async def test_subject_access_reviews_give_the_same_verdict_and_reason(both: Both) -> None:
+    """What the secure metrics port asks: bound, the reason names the binding; unbound,
+    no reason."""
+    rbac = "rbac.authorization.k8s.io"
+    both.each("ensure_namespace", "mon")
+    both.each(
+        "create",
+        "clusterroles",
+        {
+            "metadata": {"name": "metrics-reader"},
+            "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+        },
+        group=rbac,
+    )
+    both.each(
+        "create",
+        "clusterrolebindings",
+        {
+            "metadata": {"name": "metrics-reader"},
+            "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": "metrics-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "mon"}],
+        },
+        group=rbac,
+    )
+    for user, path in [
+        ("system:serviceaccount:mon:prometheus", "/metrics"),
+        ("system:serviceaccount:mon:stranger", "/metrics"),
+        ("system:serviceaccount:mon:stranger", "/apis"),
+        ("system:serviceaccount:mon:stranger", "/openid/v1/jwks"),
+    ]:
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": [
+                    "system:serviceaccounts",
+                    "system:serviceaccounts:mon",
+                    "system:authenticated",
+                ],
+                "nonResourceAttributes": {"path": path, "verb": "get"},
+            },
+        }
+        dev, real = await both.call("POST", REVIEWS[1], review)
+        assert (dev.code, dev.body["status"]) == (real.code, real.body["status"]), (user, path)
+    # Two default bindings allow /healthz to an authenticated user: the real server names
+    # whichever its cache lists first.
+    review["spec"]["nonResourceAttributes"]["path"] = "/healthz"
+    dev, real = await both.call("POST", REVIEWS[1], review)
+    possible = {
+        f'RBAC: allowed by ClusterRoleBinding "{name}" of ClusterRole "{name}" to Group '
+        '"system:authenticated"'
+        for name in ("system:discovery", "system:public-info-viewer")
+    }
+    assert dev.body["status"]["allowed"] is real.body["status"]["allowed"] is True
+    assert {dev.body["status"]["reason"], real.body["status"]["reason"]} <= possible
+
+
+async def test_a_token_review_of_a_stranger_token(both: Both) -> None:
+    review = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": {"token": "not-a-token"},
+    }
+    dev, real = await both.call("POST", REVIEWS[0], review)
+    assert dev.code == real.code == 201
+    assert dev.body["status"] == real.body["status"]
