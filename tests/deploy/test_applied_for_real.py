@@ -266,3 +266,28 @@ def test_helm_upgrade_between_overlays_keeps_exactly_the_new_objects(
     done = run_helm("uninstall", RELEASE, *common)
     assert done.returncode == 0, done.stderr
     assert_removed(kubectl, before, [])
+
+
+def test_the_crds_define_every_custom_kind_rendered() -> None:
+    """Each kind the overlays render that Kubernetes does not define has its CRD in
+    tools/crds/crds.txt, serving the version the manifests use."""
+    served = set()
+    for crd in crd_files():
+        spec = yaml.safe_load(crd.read_text())["spec"]
+        for version in spec["versions"]:
+            if version["served"]:
+                served.add((f"{spec['group']}/{version['name']}", spec["names"]["kind"]))
+    rendered = {
+        (d["apiVersion"], d["kind"])
+        for overlay, components in variants()
+        for d in render(overlay, *components)
+        if "." in d["apiVersion"].split("/")[0]
+        and not d["apiVersion"].split("/")[0].endswith("k8s.io")
+    }
+    assert rendered == {
+        ("cert-manager.io/v1", "Certificate"),
+        ("cert-manager.io/v1", "Issuer"),
+        ("monitoring.coreos.com/v1", "ServiceMonitor"),
+        ("monitoring.coreos.com/v1", "PrometheusRule"),
+    }
+    assert rendered <= served
