@@ -1,0 +1,254 @@
+"""The Helm chart: ``helm lint`` and ``helm template`` for every values file, its schema
+refusing bad values, and its objects agreeing field by field with what the kustomize
+overlays render, for every overlay and every combination of the components."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from trainjob_status_server import __version__
+
+from .assets import helm, helm_version
+from .chart import (
+    CHART,
+    CI_VALUES,
+    RELEASE_NAMESPACES,
+    differences,
+    key,
+    run_helm,
+    template,
+    values_for,
+    variants,
+    without_helm_labels,
+)
+from .rendering import ROOT, TARGETS, Doc, one, render
+
+VALUES_FILES = sorted(CI_VALUES.glob("*.yaml"))
+# Each file in ci/ and the overlay and components it stands for (with an image, if set).
+CI_OVERLAYS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
+    "quick-start-values.yaml": ("quick-start", (), None),
+    "quick-start-all-values.yaml": (
+        "quick-start",
+        ("cert-manager", "token-review", "prometheus", "override-existing"),
+        "registry.example.com/ml/trainjob-status:0.2.0-rc1",
+    ),
+    "kubeflow-values.yaml": ("kubeflow", (), None),
+    "kubeflow-all-values.yaml": ("kubeflow", ("cert-manager", "token-review", "prometheus"), None),
+}
+
+
+def normalized(doc: Doc) -> Doc:
+    """``doc`` as compared: the server's flags sorted (their order says nothing; the
+    overlays' follows the order their components are listed in)."""
+    if doc["kind"] != "Deployment":
+        return doc
+    doc = yaml.safe_load(yaml.safe_dump(doc))
+    for container in doc["spec"]["template"]["spec"]["containers"]:
+        container["args"] = sorted(container["args"])
+    return doc
+
+
+def assert_same_objects(kustomized: list[Doc], helmed: list[Doc]) -> None:
+    want = {key(d): normalized(d) for d in kustomized}
+    got = {key(d): normalized(without_helm_labels(d)) for d in helmed}
+    assert sorted(got) == sorted(want)
+    found = [f"{k}{line}" for k in sorted(want) for line in differences(want[k], got[k])]
+    assert found == []
+
+
+@pytest.mark.kubectl
+@pytest.mark.parametrize("values_file", VALUES_FILES, ids=lambda p: p.name)
+def test_every_values_file_is_covered_and_renders_its_overlay(values_file: Path) -> None:
+    overlay, components, image = CI_OVERLAYS[values_file.name]
+    helmed = template(namespace=RELEASE_NAMESPACES[overlay], values_file=values_file)
+    assert_same_objects(render(overlay, *components, image=image), helmed)
+
+
+@pytest.mark.kubectl
+@pytest.mark.parametrize(
+    ("overlay", "components"),
+    variants(),
+    ids=lambda v: v if isinstance(v, str) else "+".join(v) or "none",
+)
+def test_the_chart_renders_what_kustomize_renders(
+    overlay: str, components: tuple[str, ...]
+) -> None:
+    helmed = template(values_for(overlay, *components), namespace=RELEASE_NAMESPACES[overlay])
+    assert_same_objects(render(overlay, *components), helmed)
+
+
+@pytest.mark.kubectl
+def test_another_namespace_moves_every_reference() -> None:
+    """namespace.name is the overlays' ``namespace:``: every reference follows it."""
+    values = values_for("kubeflow", "cert-manager", "prometheus")
+    helmed = template({**values, "namespace": {"name": "ml-platform"}}, namespace="kubeflow-system")
+    kustomized = render("kubeflow", "cert-manager", "prometheus", namespace="ml-platform")
+    assert_same_objects(kustomized, helmed)
+
+
+@pytest.mark.parametrize(
+    "values_file", [None, *VALUES_FILES], ids=lambda p: p.name if p else "default"
+)
+def test_lint(values_file: Path | None) -> None:
+    args = ["lint", "--strict", str(CHART), "--namespace", "default"]
+    if values_file is not None:
+        args += ["--values", str(values_file)]
+    done = run_helm(*args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
+
+
+def test_values_the_overlays_leave_to_patches() -> None:
+    """Replicas, resources, pull policy, the scrapers' namespace and Prometheus's
+    selector labels, which an overlay would change with patches of its own."""
+    resources = {
+        "requests": {"cpu": "250m", "memory": "256Mi"},
+        "limits": {"cpu": "2", "memory": "1Gi"},
+    }
+    values: dict[str, Any] = {
+        "replicas": 3,
+        "resources": resources,
+        "image": {"pullPolicy": "Always"},
+        "metrics": {"scraperNamespace": "observability"},
+        "prometheus": {
+            "labels": {"release": "kube-prometheus-stack"},
+            "serviceMonitor": {"enabled": True},
+            "prometheusRule": {"enabled": True},
+        },
+    }
+    docs = template(values, namespace=TARGETS["base"])
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    (server,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert server["resources"] == resources
+    assert server["imagePullPolicy"] == "Always"
+    assert server["image"] == "trainjob-status:0.2.0"
+    (_, metrics) = one(docs, "NetworkPolicy")["spec"]["ingress"]
+    assert metrics["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}
+    ]
+    for kind in ("ServiceMonitor", "PrometheusRule"):
+        assert one(docs, kind)["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert "ConfigMap" not in {d["kind"] for d in docs}
+
+
+def test_helm_labels_stay_off_selectors_and_pods() -> None:
+    """Upgrading the chart must not change a selector (immutable) or restart pods."""
+    deployment = one(template(namespace=TARGETS["base"]), "Deployment")
+    assert deployment["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    assert deployment["metadata"]["labels"]["helm.sh/chart"] == "trainjob-status-0.2.0"
+    assert deployment["spec"]["selector"] == {
+        "matchLabels": {"app.kubernetes.io/name": "trainjob-status"}
+    }
+    assert deployment["spec"]["template"]["metadata"]["labels"] == {
+        "app.kubernetes.io/name": "trainjob-status",
+        "app.kubernetes.io/component": "server",
+    }
+
+
+SCHEMA_ERROR = (
+    "Error: values don't meet the specifications of the schema(s) in the following"
+    " chart(s):\ntrainjob-status:\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("given", "refusal"),
+    [
+        (
+            ["certificates.source=letsencrypt"],
+            "- at '/certificates/source': value must be one of 'bootstrap', 'cert-manager'\n",
+        ),
+        (["replica=3"], "- at '': additional properties 'replica' not allowed\n"),
+        (
+            ["replicas=-1", "tokenReview=yes"],
+            "- at '/replicas': minimum: got -1, want 0\n"
+            "- at '/tokenReview': got string, want boolean\n",
+        ),
+        (
+            ["namespace.name=Bad_NS"],
+            "- at '/namespace/name': 'anyOf' failed\n"
+            "  - at '/namespace/name': value must be ''\n"
+            "  - at '/namespace/name': 'Bad_NS' does not match pattern"
+            " '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'\n",
+        ),
+    ],
+    ids=["source", "unknown-key", "types", "namespace"],
+)
+def test_the_schema_refuses_bad_values(given: list[str], refusal: str) -> None:
+    sets = [arg for value in given for arg in ("--set", value)]
+    done = run_helm("template", "trainjob-status", str(CHART), *sets)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == SCHEMA_ERROR + refusal + "\n"
+
+
+def test_a_created_namespace_cannot_hold_its_own_release() -> None:
+    done = run_helm(
+        "template",
+        "trainjob-status",
+        str(CHART),
+        "--namespace",
+        "trainjob-status",
+        "--set",
+        "namespace.create=true",
+    )
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "Error: execution error at (trainjob-status/templates/namespace.yaml:3:4):"
+        " namespace.create: Helm keeps the release record in the release's namespace, so"
+        " that namespace must exist first: install the release into another namespace, or"
+        " leave namespace.create off and give --create-namespace\n\n"
+        "Use --debug flag to render out invalid YAML\n"
+    )
+
+
+def test_helm_is_the_pinned_version() -> None:
+    done = run_helm("version", "--template", "{{ .Version }}")
+    assert done.stdout == helm_version()
+
+
+def test_the_chart_carries_the_projects_version() -> None:
+    """The chart, its appVersion (the image tag it runs by default) and the packages
+    share one version."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert (chart["version"], chart["appVersion"]) == (__version__, __version__)
+
+
+def documented_helm_commands() -> list[tuple[str, list[str]]]:
+    """Every ``helm install`` in README.md and docs/kubeflow.md, as (where, arguments)."""
+    found = []
+    for doc in ("README.md", "docs/kubeflow.md"):
+        text = (ROOT / doc).read_text().replace("\\\n", " ")
+        for line in text.splitlines():
+            if line.startswith("helm install "):
+                found.append((doc, shlex.split(line, comments=True)[1:]))
+    return found
+
+
+def test_the_documented_helm_commands_work() -> None:
+    """What README.md and docs/kubeflow.md tell a platform engineer to run renders (as
+    ``helm template``, with the same arguments; the real install is tested against
+    kube-apiserver), and what it renders is the kubeflow overlay with its image."""
+    commands = documented_helm_commands()
+    assert {doc for doc, _ in commands} == {"README.md", "docs/kubeflow.md"}
+    for doc, args in commands:
+        assert args[:3] == ["install", "trainjob-status", "charts/trainjob-status"], doc
+        args = [a for a in args[1:] if a != "--dry-run=server"]
+        done = subprocess.run(
+            [helm(), "template", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=ROOT,
+            timeout=60,
+        )
+        assert done.returncode == 0, (doc, done.stderr)
+        docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+        image = "registry.example.com/ml/trainjob-status:0.2.0"
+        assert_same_objects(render("kubeflow", image=image), docs)
