@@ -10,7 +10,8 @@ says otherwise:
 - ``python``: run by default, in a fresh interpreter with the pod's variables unset
   (``env=none``); ``env=pod`` runs it in a pod's environment against our server on a
   development cluster, ``progress=N`` then expects the TrainJob to hold N percent.
-  ``context=NAME`` runs it after the framework set-up of that name (``contexts.py``).
+  ``context=NAME`` runs it after the framework set-up of that name (``contexts.py``);
+  ``context=pytest`` runs it as a test file, with the devcluster's pytest plugin.
 - ``yaml``: parsed; each document with ``apiVersion`` and ``kind`` is validated against
   Kubernetes' own schemas (kinds Kubernetes does not define are checked for metadata).
   ``context=kustomization`` merges it into the quick-start overlay and renders that.
