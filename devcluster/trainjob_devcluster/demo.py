@@ -80,15 +80,14 @@ def command(name: str, bin_dir: Path, path: str | None) -> str:
     return shlex.quote(str(own))
 
 
-def activation_hint(bin_dir: Path, path: str | None, cwd: Path) -> str | None:
-    """A line saying how to put the commands on PATH, when they are not on it."""
-    if command("trainjob-status", bin_dir, path) == "trainjob-status":
-        return None
+def activation(bin_dir: Path, path: str | None, cwd: Path) -> str | None:
+    """The shell command that puts our commands on PATH, when they are not on it and the
+    virtualenv has an activate script; None otherwise."""
     activate = bin_dir / "activate"
-    if not activate.is_file():
-        return f"The commands below are in {bin_dir}, which is not on your PATH."
+    if command("trainjob-status", bin_dir, path) == "trainjob-status" or not activate.is_file():
+        return None
     shown = os.path.relpath(activate, cwd) if activate.is_relative_to(cwd) else str(activate)
-    return f"`source {shlex.quote(shown)}` puts the commands below on your PATH."
+    return f"source {shlex.quote(shown)}"
 
 
 def report_command(bin_dir: Path, path: str | None) -> list[str]:
@@ -190,9 +189,11 @@ async def _run(options: DemoOptions, workdir: Path) -> int:
             )
             console.print(f"[bold]server[/]     {url}")
             console.print(f"[bold]metrics[/]    {server.metrics_url}/metrics")
-            hint = activation_hint(bin_dir, path, Path.cwd())
-            if hint is not None:
-                console.print("\n" + hint, markup=False, highlight=False)
+            activate = activation(bin_dir, path, Path.cwd())
+            if activate is not None:
+                console.print("\nOur commands are not on your PATH; in a shell of your own run")
+                _plain(console, activate)
+                console.print("or call them by their full paths, as below.")
             console.print(
                 "\nThe pod's environment, to report from a shell of your own "
                 + lifetime_note(options.keep)

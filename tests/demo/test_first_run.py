@@ -95,6 +95,8 @@ def test_the_demo_prints_what_a_shell_needs_on_single_lines(tmp_path: Path) -> N
     # has this interpreter's bin directory or not: either way the line is what works).
     bin_dir, path = Path(sys.executable).parent, env.get("PATH")
     assert shlex.join(demo.report_command(bin_dir, path)) in lines
+    activate = demo.activation(bin_dir, path, ROOT)
+    assert activate is None or activate in lines
     watch = shlex.join(demo.watch_command(tmp_path / "devcluster" / "kubeconfig", bin_dir, path))
     assert watch in lines
     # All three say they need the demo running, or --keep.
@@ -141,12 +143,11 @@ def test_commands_off_the_path_are_shown_by_full_path_with_how_to_activate(
         str(bin_dir / "kubectl-trainjob"), "progress", "--kubeconfig", str(kubeconfig),
         "-n", "demo", "mnist", "-w",
     ]  # fmt: skip
-    assert demo.activation_hint(bin_dir, elsewhere, tmp_path) == (
-        "`source venv/bin/activate` puts the commands below on your PATH."
-    )
-    # On the PATH: bare names, no hint.
+    assert demo.activation(bin_dir, elsewhere, tmp_path) == "source venv/bin/activate"
+    assert demo.activation(bin_dir, elsewhere, tmp_path / "x") == (f"source {bin_dir / 'activate'}")
+    # On the PATH: bare names, nothing to activate.
     assert demo.report_command(bin_dir, str(bin_dir))[0] == "trainjob-status"
-    assert demo.activation_hint(bin_dir, str(bin_dir), tmp_path) is None
+    assert demo.activation(bin_dir, str(bin_dir), tmp_path) is None
 
 
 def start_demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
