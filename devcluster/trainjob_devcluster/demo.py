@@ -77,7 +77,7 @@ def command(name: str, bin_dir: Path, path: str | None) -> str:
     found = shutil.which(name, path=path)
     if found is not None and Path(found).resolve() == own.resolve():
         return name
-    return shlex.quote(str(own))
+    return str(own)
 
 
 def activation(bin_dir: Path, path: str | None, cwd: Path) -> str | None:
