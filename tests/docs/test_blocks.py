@@ -218,3 +218,17 @@ def _render_with_quick_start(block: Block, documents: list[Any], scratch: Path) 
         (deployment,) = [d for d in rendered if d["kind"] == "Deployment"]
         image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
         assert image == f"{entry['newName']}:{entry['newTag']}", block.id
+
+
+def test_a_kubernetes_object_in_yaml_is_held_to_its_schema() -> None:
+    """What test_yaml_block_is_valid does with a Kubernetes object: a field of the wrong
+    type fails the block; a kind Kubernetes does not define is checked for metadata."""
+    good = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {k: v}\n"
+    bad = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: [k]\n"
+    custom = "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: a}\n"
+    for text in (good, custom):
+        (block,) = parse(f"```yaml\n{text}```\n", "x.md")
+        _validate(block, yaml.safe_load(block.text))
+    (block,) = parse(f"```yaml\n{bad}```\n", "x.md")
+    with pytest.raises(pytest.fail.Exception, match=r"^x\.md:1: "):
+        _validate(block, yaml.safe_load(block.text))
