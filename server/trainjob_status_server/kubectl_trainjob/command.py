@@ -301,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.status == 404:  # a list answers 404 only when the resource type is missing
             print('error: the server doesn\'t have a resource type "trainjobs"', file=sys.stderr)
         else:
-            print(printable(f"Error from server ({exc.reason}): {exc.message}"), file=sys.stderr)
+            print(printable(reason_of(exc)), file=sys.stderr)
     except KubeUnavailable as exc:
         print(printable(f"error: {reason_of(exc)}"), file=sys.stderr)
     except BrokenPipeError:
