@@ -97,8 +97,16 @@ def _environment(pod: Pod | None, scratch: Path) -> dict[str, str]:
     return env
 
 
+# Programs a shell block may call that are not ours: missing, the block skips (fails in CI).
+EXTERNAL = ("kubectl", "curl")
+
+
 def _run(block: Block, pod: Pod | None, scratch: Path) -> subprocess.CompletedProcess[str]:
     """Run one block in ``scratch`` (its own process group, ended with it)."""
+    if block.language == "sh":
+        for program in EXTERNAL:
+            if re.search(rf"(^|[\s|;&(]){program} ", block.text, re.MULTILINE):
+                require_binary(program)
     env = _environment(pod, scratch)
     if block.language == "python" and block.options.get("context") == "pytest":
         # A test as a reader would write one, run by pytest with our plugin.
