@@ -5,7 +5,8 @@
 Sends one update and waits for it (at most ``--timeout`` seconds). Like the library it
 never fails the training script for the status: the exit code is 0 when not in a
 TrainJob or when the update could not be delivered (a line on stderr says so), unless
-``--strict`` makes both exit 1. Wrong arguments exit 2.
+``--strict`` makes both exit 1. Wrong arguments exit 2. On a terminal a delivered update
+is echoed (what was sent, and where); in a script, or with ``-q``, success is silent.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from collections.abc import Sequence
+from typing import Any
 
 from . import __version__
 from .contract import CA_CERT_ENV, TOKEN_ENV, URL_ENV
-from .reporter import StatusReporter
+from .payload import fit
+from .reporter import StatusReporter, observe
 
 EXIT_OK = 0
 EXIT_NOT_DELIVERED = 1
@@ -62,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="exit 1 when not in a TrainJob or when the update was not delivered",
     )
+    report.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print nothing on success (the default when stdout is not a terminal)",
+    )
     report.add_argument("--url", help=f"status URL (default: ${URL_ENV})")
     report.add_argument("--token-file", help=f"bearer token file (default: ${TOKEN_ENV})")
     report.add_argument("--ca-file", help=f"server CA file (default: ${CA_CERT_ENV})")
@@ -85,15 +95,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             reason = reporter.settings.skip_reason or "status reporting is off"
             print(f"trainjob-status: nothing sent: {reason}", file=sys.stderr)
             return EXIT_NOT_DELIVERED if args.strict else EXIT_OK
-        reporter.report(
-            args.progress, args.eta, dict(args.metric), step=args.step, epoch=args.epoch
-        )
+        taken = (args.progress, args.eta, dict(args.metric), args.step, args.epoch, time.time())
+        reporter.report(*taken[:3], step=args.step, epoch=args.epoch)
         if reporter.flush(args.timeout):
+            if not args.quiet and sys.stdout.isatty():
+                status, _ = fit(observe(taken))
+                print(sent_line(status, reporter.settings.url or ""), file=sys.stdout)
             return EXIT_OK
     finally:
         reporter.close(timeout=0)
     print("trainjob-status: the update was not delivered", file=sys.stderr)
     return EXIT_NOT_DELIVERED if args.strict else EXIT_OK
+
+
+def sent_line(status: dict[str, Any], url: str) -> str:
+    """What was delivered, in one line: the fields of ``trainerStatus`` as sent."""
+    parts = []
+    if "progressPercentage" in status:
+        parts.append(f"progress {status['progressPercentage']}%")
+    if "estimatedRemainingSeconds" in status:
+        parts.append(f"ETA {status['estimatedRemainingSeconds']} s")
+    metrics = " ".join(f"{m['name']}={m['value']}" for m in status.get("metrics", ()))
+    if metrics:
+        parts.append(f"metrics {metrics}")
+    return f"trainjob-status: sent {', '.join(parts) or 'an empty status'} to {url}"
 
 
 if __name__ == "__main__":

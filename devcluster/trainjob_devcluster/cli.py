@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -98,8 +99,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     from .demo import DemoOptions, run_demo
 
     options = DemoOptions(args.duration, args.report_interval, args.keep, args.workdir)
-    with contextlib.suppress(KeyboardInterrupt):
-        raise SystemExit(asyncio.run(run_demo(options)))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            raise SystemExit(asyncio.run(run_demo(options)))
+    except asyncio.CancelledError:
+        # SIGTERM: the demo has cleaned up; exit as a process ended by it would.
+        raise SystemExit(128 + signal.SIGTERM) from None
 
 
 if __name__ == "__main__":

@@ -11,8 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import shlex
 import shutil
+import signal
+import sys
 import tempfile
 import threading
 import time
@@ -67,6 +70,41 @@ def kubectl_command(kubeconfig: Path) -> list[str]:
     ]  # fmt: skip
 
 
+def command(name: str, bin_dir: Path, path: str | None) -> str:
+    """How to call one of our commands from the user's shell: its bare name where
+    ``path`` (the shell's PATH) finds this installation's, else its full path."""
+    own = bin_dir / name
+    found = shutil.which(name, path=path)
+    if found is not None and Path(found).resolve() == own.resolve():
+        return name
+    return str(own)
+
+
+def activation(bin_dir: Path, path: str | None, cwd: Path) -> str | None:
+    """The shell command that puts our commands on PATH, when they are not on it and the
+    virtualenv has an activate script; None otherwise."""
+    activate = bin_dir / "activate"
+    if command("trainjob-status", bin_dir, path) == "trainjob-status" or not activate.is_file():
+        return None
+    shown = os.path.relpath(activate, cwd) if activate.is_relative_to(cwd) else str(activate)
+    return f"source {shlex.quote(shown)}"
+
+
+def report_command(bin_dir: Path, path: str | None) -> list[str]:
+    """A report from the user's shell, with the variables printed above."""
+    return [command("trainjob-status", bin_dir, path), "report", "--progress", "50"]
+
+
+def watch_command(kubeconfig: Path, bin_dir: Path, path: str | None) -> list[str]:
+    """The plugin's live view of the TrainJob: ``kubectl trainjob`` where kubectl and the
+    plugin are on PATH, else the plugin's own command by its full path."""
+    plugin = command("kubectl-trainjob", bin_dir, path)
+    head = ["kubectl", "trainjob"]
+    if plugin != "kubectl-trainjob" or shutil.which("kubectl", path=path) is None:
+        head = [plugin]
+    return [*head, "progress", "--kubeconfig", str(kubeconfig), "-n", NAMESPACE, TRAINJOB, "-w"]
+
+
 def lifetime_note(keep: bool) -> str:
     """How long what the demo printed stays usable: the cluster, the server and the
     files live as long as the demo does."""
@@ -99,9 +137,26 @@ def train(stop_at: float, url: str, token: Path, ca: Path, interval: float) -> N
 
 
 async def run_demo(options: DemoOptions) -> int:
-    console = Console(stderr=True)
+    """The demo; a temporary folder of its own (a private key and a token in it) is
+    removed however it ends: done, an error, Ctrl-C or SIGTERM, with --keep too."""
     workdir = options.workdir or Path(tempfile.mkdtemp(prefix="trainjob-status-demo-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    if task is not None:
+        # SIGTERM ends the demo as Ctrl-C does, through the cleanup below.
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        return await _run(options, workdir)
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        if options.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def _run(options: DemoOptions, workdir: Path) -> int:
+    console = Console(stderr=True)
+    bin_dir, path = Path(sys.executable).parent, os.environ.get("PATH")
     async with DevCluster(workdir=workdir / "devcluster") as cluster:
         cluster.ensure_namespace(NAMESPACE)
         cluster.create_trainjob(NAMESPACE, TRAINJOB)
@@ -134,12 +189,21 @@ async def run_demo(options: DemoOptions) -> int:
             )
             console.print(f"[bold]server[/]     {url}")
             console.print(f"[bold]metrics[/]    {server.metrics_url}/metrics")
+            activate = activation(bin_dir, path, Path.cwd())
+            if activate is not None:
+                console.print("\nOur commands are not on your PATH; in a shell of your own run")
+                _plain(console, activate)
+                console.print("or call them by their full paths, as below.")
             console.print(
                 "\nThe pod's environment, to report from a shell of your own "
-                "(`trainjob-status report --progress 50`) " + lifetime_note(options.keep) + ":"
+                + lifetime_note(options.keep)
+                + ":"
             )
             for line in exports(url, workdir / "ca.crt", workdir / "token"):
                 _plain(console, line)
+            _plain(console, shlex.join(report_command(bin_dir, path)))
+            console.print(f"\nWatch it live from another shell {lifetime_note(options.keep)}:")
+            _plain(console, shlex.join(watch_command(cluster.kubeconfig_path, bin_dir, path)))
             stop_at = time.monotonic() + options.duration
             trainer = threading.Thread(
                 target=train,
@@ -154,8 +218,6 @@ async def run_demo(options: DemoOptions) -> int:
             if options.keep:
                 console.print("Serving until Ctrl-C (--keep).")
                 await asyncio.Event().wait()
-    if options.workdir is None:
-        shutil.rmtree(workdir, ignore_errors=True)
     return 0 if final.get("progressPercentage") == 100 else 1
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import ssl
 import sys
@@ -18,6 +19,7 @@ from .certificates import tls
 from .kube.errors import KubeConfigError
 
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"  # what kubelet sets in every pod
+KUBECONFIG_ENV = "KUBECONFIG"
 
 
 class UsageParser(argparse.ArgumentParser):
@@ -54,19 +56,34 @@ def main(argv: Sequence[str] | None = None) -> None:
     raise SystemExit(_serve(args))
 
 
+def with_kubeconfig_from_environment(
+    settings: config.Config, environ: Mapping[str, str]
+) -> config.Config:
+    """``--kubeconfig`` (or TRAINJOB_STATUS_KUBECONFIG), else ``$KUBECONFIG`` as kubectl
+    reads it (files joined with ":" are merged), else the in-cluster configuration: the
+    order controller-runtime's managers use, so a shell that works with kubectl works with
+    ``serve``. A pod sets no KUBECONFIG, so the deployed server is not affected."""
+    if settings.kubeconfig is not None or not environ.get(KUBECONFIG_ENV):
+        return settings
+    return dataclasses.replace(settings, kubeconfig=Path(environ[KUBECONFIG_ENV]))
+
+
 def startup_problems(settings: config.Config, environ: Mapping[str, str]) -> list[str]:
     """What would stop ``serve`` at start that can be told before it starts, one line
     each: files that are not there, a TLS pair that does not load, no way to reach the
     Kubernetes API."""
     problems = []
-    if settings.kubeconfig is None:
+    kubeconfig, source = settings.kubeconfig, "--kubeconfig"
+    if kubeconfig is None and environ.get(KUBECONFIG_ENV):
+        kubeconfig, source = Path(environ[KUBECONFIG_ENV]), KUBECONFIG_ENV
+    if kubeconfig is None:
         if not environ.get(IN_CLUSTER_ENV):
             problems.append(
                 f"not running in a cluster ({IN_CLUSTER_ENV} is unset): give --kubeconfig "
-                "(or TRAINJOB_STATUS_KUBECONFIG)"
+                f"(or TRAINJOB_STATUS_KUBECONFIG, or set {KUBECONFIG_ENV})"
             )
-    elif not settings.kubeconfig.is_file():
-        problems.append(f"--kubeconfig {settings.kubeconfig}: no such file")
+    elif not any(Path(p).is_file() for p in str(kubeconfig).split(os.pathsep) if p):
+        problems.append(f"{source} {kubeconfig}: no such file")
     # The bootstrap writes the pair itself; without TLS there is none to read.
     if settings.insecure_http or settings.cert_bootstrap:
         return problems
@@ -96,6 +113,7 @@ def _serve(args: argparse.Namespace) -> int:
     problems = settings.check() or startup_problems(settings, os.environ)
     if problems:
         return _refuse(problems)
+    settings = with_kubeconfig_from_environment(settings, os.environ)
     logs.configure(settings.log_level, settings.log_format)
     from .running import serve_until_signalled
 

@@ -218,7 +218,12 @@ _FLAGS = (
     _Flag("tls_key_file", _path, "serving private key (PEM); reloaded when it changes"),
     _Flag("tls_min_version", str, "lowest TLS version accepted", ("1.2", "1.3")),
     _Flag("tls_reload_interval", float, "seconds between checks of the TLS files"),
-    _Flag("kubeconfig", _path, "kubeconfig file; in-cluster configuration when absent"),
+    _Flag(
+        "kubeconfig",
+        _path,
+        "kubeconfig file; when absent $KUBECONFIG (as kubectl reads it), else the in-cluster"
+        " configuration",
+    ),
     _Flag("issuer", str, "service-account token issuer; discovered when absent"),
     _Flag(
         "kube_api_qps",

@@ -77,6 +77,14 @@ BENCHES = [
         ),
     ),
     Bench(
+        "client_import",
+        (
+            rf"^this checkout\s+import trainjob_status\s+trainjob_status\s+{NUMBER} us cumulative"
+            rf"\s+importlib\.metadata\s+0 us \(loaded in 0/3\)",
+            rf"^this checkout\s+\.\.\. and read __version__\s+trainjob_status\s+{NUMBER} us",
+        ),
+    ),
+    Bench(
         "connection_memory",
         (
             rf"^round 1: idle {NUMBER} MiB, {NUMBER} stalled open {NUMBER} MiB "

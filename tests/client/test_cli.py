@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pty
 import subprocess
 import sys
 
@@ -88,3 +89,59 @@ def test_runs_as_a_module(sink: Sink) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert sink.requests[0].status["progressPercentage"] == 55
+
+
+def on_a_terminal(sink: Sink, *args: str) -> tuple[int, str, str]:
+    """``trainjob-status report ARGS`` with stdout a terminal: (exit code, stdout, stderr)."""
+    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES}
+    env.update(sink.environ())
+    primary, secondary = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "trainjob_status.cli", "report", *args],
+            env=env,
+            stdout=secondary,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=30,
+        )
+        os.close(secondary)
+        secondary = -1
+        out = b""
+        while True:
+            try:
+                chunk = os.read(primary, 4096)
+            except OSError:  # EIO: the terminal's other side is closed and drained
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(primary)
+        if secondary >= 0:
+            os.close(secondary)
+    return done.returncode, out.decode().replace("\r\n", "\n"), done.stderr
+
+
+def test_on_a_terminal_report_says_what_it_sent(sink: Sink) -> None:
+    code, out, err = on_a_terminal(
+        sink, "--progress", "40.7", "--eta", "300", "--step", "7", "--metric", "loss=0.31"
+    )
+    assert (code, err) == (0, "")
+    # What was sent, as fitted: the progress floored, step first among the metrics.
+    assert (
+        out
+        == f"trainjob-status: sent progress 40%, ETA 300 s, metrics step=7 loss=0.31 to {sink.url()}\n"
+    )
+    assert sink.requests[0].status["progressPercentage"] == 40
+
+
+def test_quiet_on_a_terminal_with_q(sink: Sink) -> None:
+    assert on_a_terminal(sink, "--progress", "40", "-q") == (0, "", "")
+    assert sink.requests[0].status["progressPercentage"] == 40
+
+
+def test_quiet_when_not_a_terminal(sink: Sink, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", "--progress", "40", *to_sink(sink)]) == 0
+    assert capsys.readouterr() == ("", "")
+    assert sink.requests[0].status["progressPercentage"] == 40

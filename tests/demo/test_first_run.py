@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -90,9 +91,19 @@ def test_the_demo_prints_what_a_shell_needs_on_single_lines(tmp_path: Path) -> N
     # The command is one line, as shlex.join quotes it (so a shell gets it back exactly).
     kubectl = [line for line in lines if line.startswith("kubectl ")]
     assert kubectl == [shlex.join(demo.kubectl_command(tmp_path / "devcluster" / "kubeconfig"))]
-    # Both say they need the demo running, or --keep.
+    # The report and the plugin's watch, as this shell can reach them (the test's PATH
+    # has this interpreter's bin directory or not: either way the line is what works).
+    bin_dir, path = Path(sys.executable).parent, env.get("PATH")
+    assert shlex.join(demo.report_command(bin_dir, path)) in lines
+    activate = demo.activation(bin_dir, path, ROOT)
+    assert activate is None or activate in lines
+    watch = shlex.join(demo.watch_command(tmp_path / "devcluster" / "kubeconfig", bin_dir, path))
+    assert watch in lines
+    # All three say they need the demo running, or --keep.
     note = demo.lifetime_note(keep=False)
-    assert " ".join(done.stderr.split()).count(note) == 2
+    assert " ".join(done.stderr.split()).count(note) == 3
+    # Given --workdir, the demo leaves it (and what is in it) to its owner.
+    assert (tmp_path / "ca.crt").is_file()
 
 
 def _value(lines: list[str], name: str) -> str:
@@ -113,3 +124,98 @@ def test_exports_are_quoted_for_a_shell() -> None:
         "export KUBEFLOW_TRAINER_SERVER_CA_CERT='/tmp/a b/ca.crt'",
         "export KUBEFLOW_TRAINER_SERVER_TOKEN=/t",
     ]
+
+
+def test_commands_off_the_path_are_shown_by_full_path_with_how_to_activate(
+    tmp_path: Path,
+) -> None:
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("trainjob-status", "kubectl-trainjob", "activate"):
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    elsewhere = str(tmp_path / "empty")
+    assert demo.report_command(bin_dir, elsewhere) == [
+        str(bin_dir / "trainjob-status"), "report", "--progress", "50"
+    ]  # fmt: skip
+    kubeconfig = tmp_path / "kubeconfig"
+    assert demo.watch_command(kubeconfig, bin_dir, elsewhere) == [
+        str(bin_dir / "kubectl-trainjob"), "progress", "--kubeconfig", str(kubeconfig),
+        "-n", "demo", "mnist", "-w",
+    ]  # fmt: skip
+    assert demo.activation(bin_dir, elsewhere, tmp_path) == "source venv/bin/activate"
+    assert demo.activation(bin_dir, elsewhere, tmp_path / "x") == (f"source {bin_dir / 'activate'}")
+    # On the PATH: bare names, nothing to activate.
+    assert demo.report_command(bin_dir, str(bin_dir))[0] == "trainjob-status"
+    assert demo.activation(bin_dir, str(bin_dir), tmp_path) is None
+
+
+def start_demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    """The demo in its own temporary folder under ``tmp_path`` (TMPDIR)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINJOB_STATUS_")}
+    env.update(COLUMNS="200", TERM="dumb", TMPDIR=str(tmp_path))
+    command = [sys.executable, "-m", "trainjob_devcluster.cli", "demo", "--duration", "1"]
+    return subprocess.Popen(
+        [*command, "--report-interval", "0.2", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def demo_folders(tmp_path: Path) -> list[Path]:
+    return list(tmp_path.glob("trainjob-status-demo-*"))
+
+
+def wait_for_line(process: subprocess.Popen[str], text: str) -> list[str]:
+    """Lines of the demo's stderr up to the first holding ``text``."""
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if text in line:
+            return seen
+    raise AssertionError(f"the demo ended before {text!r}:\n{''.join(seen)}")
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_its_temporary_folder_goes_when_a_kept_demo_is_stopped(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    process = start_demo(tmp_path, "--keep")
+    try:
+        wait_for_line(process, "Serving until Ctrl-C")
+        (folder,) = demo_folders(tmp_path)
+        assert (folder / "tls.key").is_file()
+        assert (folder / "token").is_file()
+        process.send_signal(stop)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert "Traceback" not in err
+    assert process.returncode == (0 if stop == signal.SIGINT else 128 + signal.SIGTERM)
+    assert demo_folders(tmp_path) == []
+
+
+def test_its_temporary_folder_goes_when_interrupted_while_training(tmp_path: Path) -> None:
+    process = start_demo(tmp_path)
+    try:
+        wait_for_line(process, "export KUBEFLOW_TRAINER_SERVER_TOKEN=")
+        assert len(demo_folders(tmp_path)) == 1
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert demo_folders(tmp_path) == []
+
+
+def test_its_temporary_folder_goes_at_the_end_of_a_run(tmp_path: Path) -> None:
+    process = start_demo(tmp_path)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert demo_folders(tmp_path) == []

@@ -46,8 +46,10 @@ COMPONENTS = {
 EXTRA_COMPONENTS = {
     "override-existing": MANIFESTS / "components" / "override-existing",
     "secure-metrics": MANIFESTS / "components" / "secure-metrics",
+    "metrics-token-secret": MANIFESTS / "components" / "metrics-token-secret",
 }
 NAMESPACE_REFERENCES = MANIFESTS / "namespace-references"
+SCRAPE_SETTINGS = MANIFESTS / "scrape-settings"
 
 Doc = dict[str, Any]
 
@@ -80,7 +82,7 @@ def kustomization(overlay: str) -> Doc:
             "kind": "Kustomization",
             "namespace": TARGETS["base"],
             "resources": [str(OVERLAYS["base"])],
-            "transformers": [str(NAMESPACE_REFERENCES)],
+            "transformers": [str(NAMESPACE_REFERENCES), str(SCRAPE_SETTINGS)],
         }
     doc: Doc = yaml.safe_load((OVERLAYS[overlay] / "kustomization.yaml").read_text())
     for key in ("resources", "components", "transformers"):
@@ -90,20 +92,26 @@ def kustomization(overlay: str) -> Doc:
 
 @functools.cache
 def _render(
-    overlay: str, components: tuple[str, ...], namespace: str | None, image: str | None
+    overlay: str,
+    components: tuple[str, ...],
+    namespace: str | None,
+    image: str | None,
+    exactly: bool = False,
 ) -> tuple[Doc, ...]:
-    if not components and namespace is None and image is None:
+    if not components and namespace is None and image is None and not exactly:
         return _kustomize(OVERLAYS[overlay])
     doc = kustomization(overlay)
     known = {**COMPONENTS, **EXTRA_COMPONENTS}
-    doc["components"] = [*doc.get("components", []), *(str(known[c]) for c in components)]
+    own = [] if exactly else doc.get("components", [])
+    doc["components"] = [*own, *(str(known[c]) for c in components)]
     if namespace is not None:
         doc["namespace"] = namespace
     if image is not None:
         # What `kustomize edit set image trainjob-status=IMAGE` writes.
         new_name, _, new_tag = image.rpartition(":")
         entry = {"name": "trainjob-status", "newName": new_name, "newTag": new_tag}
-        doc["images"] = [*doc.get("images", []), entry]
+        kept = [e for e in doc.get("images", []) if e["name"] != entry["name"]]
+        doc["images"] = [*kept, entry]
     with tempfile.TemporaryDirectory() as scratch:
         # kustomize takes no absolute paths: each is made relative to the new directory.
         for key in ("resources", "components", "transformers"):
@@ -113,12 +121,16 @@ def _render(
 
 
 def render(
-    overlay: str, *components: str, namespace: str | None = None, image: str | None = None
+    overlay: str,
+    *components: str,
+    namespace: str | None = None,
+    image: str | None = None,
+    exactly: bool = False,
 ) -> list[Doc]:
     """The overlay's objects as ``kubectl kustomize`` renders them, with ``components``
-    added to its ``components:``, its ``namespace:`` replaced and an ``images:`` entry
-    for ``image`` (NAME:TAG) added if given."""
-    return list(_render(overlay, components, namespace, image))
+    added to its ``components:`` (``exactly``: in place of its own), its ``namespace:``
+    replaced and an ``images:`` entry for ``image`` (NAME:TAG) added if given."""
+    return list(_render(overlay, components, namespace, image, exactly))
 
 
 def one(docs: list[Doc], kind: str, name: str = "trainjob-status") -> Doc:

@@ -33,7 +33,8 @@ def exported_names() -> set[str]:
 def test_every_path_it_names_exists() -> None:
     paths = set(re.findall(r"manifests/[\w./-]*\w", DOC))
     assert "manifests/overlays/kubeflow" in paths
-    for path in paths - {"manifests/overlays/my-cluster"}:
+    # The reader's own overlay, made by the steps, is the one path that is not here.
+    for path in {p for p in paths if not p.startswith("manifests/overlays/my-cluster")}:
         assert (ROOT / path).exists(), path
 
 

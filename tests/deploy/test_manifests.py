@@ -5,6 +5,7 @@ and agreement with the code's own names (Secret, ConfigMap, webhook path, Servic
 
 from __future__ import annotations
 
+import itertools
 import os
 import tomllib
 from collections.abc import Iterator
@@ -531,12 +532,95 @@ def test_secure_metrics_switch_the_server_and_its_monitor(variant: Variant) -> N
     assert all(b["roleRef"]["name"] != SCRAPER_ROLE[1] for b in bindings)
 
 
-@pytest.mark.parametrize("overlay", ["base", "quick-start"])
-def test_the_secure_metrics_component_after_prometheus_secures_its_monitor(overlay: str) -> None:
-    docs = render(overlay, "prometheus", "secure-metrics")
+# The components that decide how the ServiceMonitor scrapes, and the objects they add.
+MONITOR_COMPONENTS = ("prometheus", "secure-metrics", "metrics-token-secret")
+TOKEN_SECRET = "trainjob-status-metrics-scraper-token"
+SECRET_ENDPOINT = {
+    **{k: v for k, v in HTTPS_ENDPOINT.items() if k != "bearerTokenFile"},
+    "authorization": {"type": "Bearer", "credentials": {"name": TOKEN_SECRET, "key": "token"}},
+}
+HTTP_ENDPOINT = {
+    k: v
+    for k, v in HTTPS_ENDPOINT.items()
+    if k not in ("bearerTokenFile", "tlsConfig", "authorization")
+} | {"scheme": "http"}
+
+
+def orders() -> list[tuple[str, ...]]:
+    """Every order of every combination of the monitor components."""
+    return [
+        order
+        for size in range(len(MONITOR_COMPONENTS) + 1)
+        for order in itertools.permutations(MONITOR_COMPONENTS, size)
+    ]
+
+
+def _keyed(docs: list[Doc]) -> dict[tuple[str, str], Doc]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+@pytest.mark.parametrize("overlay", list(OVERLAYS))
+@pytest.mark.parametrize("order", orders(), ids="+".join)
+def test_in_any_order_the_monitor_scrapes_as_the_server_serves(
+    overlay: str, order: tuple[str, ...]
+) -> None:
+    """The ServiceMonitor's scheme and credentials follow the server's --metrics-secure,
+    and the whole rendering is the same whatever the order the components are listed in."""
+    if overlay in SECURE_BY_DEFAULT:
+        # Its own secure-metrics, at every place in the order.
+        order = order if "secure-metrics" in order else ("secure-metrics", *order)
+    docs = render(overlay, *order, exactly=True)
+    assert _keyed(docs) == _keyed(render(overlay, *sorted(order), exactly=True))
+    secure = "--metrics-secure" in server(docs)["args"]
+    assert secure == (overlay in SECURE_BY_DEFAULT or "secure-metrics" in order)
+    with_secret = "metrics-token-secret" in order
+    assert (TOKEN_SECRET in names(docs, "Secret")) == with_secret
+    if "prometheus" not in order:
+        assert names(docs, "ServiceMonitor") == set()
+        return
     (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
-    assert endpoint == HTTPS_ENDPOINT
-    assert "--metrics-secure" in server(docs)["args"]
+    if not secure:
+        # No credentials over plain HTTP, whatever else is listed.
+        assert endpoint == HTTP_ENDPOINT
+    else:
+        assert endpoint == (SECRET_ENDPOINT if with_secret else HTTPS_ENDPOINT)
+
+
+@pytest.mark.parametrize("overlay", list(OVERLAYS))
+def test_the_token_secret_belongs_to_a_scraper_that_may_read_metrics_only(overlay: str) -> None:
+    docs = render(overlay, "secure-metrics", "metrics-token-secret", "prometheus", exactly=True)
+    namespace = TARGETS[overlay]
+    secret = one(docs, "Secret", TOKEN_SECRET)
+    account = one(docs, "ServiceAccount", "trainjob-status-metrics-scraper")
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert (
+        secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+        == (account["metadata"]["name"])
+    )
+    # The Prometheus Operator reads the Secret from the ServiceMonitor's namespace.
+    assert secret["metadata"]["namespace"] == namespace
+    assert one(docs, "ServiceMonitor")["metadata"]["namespace"] == namespace
+    assert account["metadata"]["namespace"] == namespace
+    binding = one(docs, "ClusterRoleBinding", "trainjob-status-metrics-scraper")
+    assert binding["roleRef"]["name"] == SCRAPER_ROLE[1]
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": "trainjob-status-metrics-scraper",
+            "namespace": namespace,
+        }
+    ]
+    assert one(docs, "ClusterRole", SCRAPER_ROLE[1])["rules"] == SCRAPER_RULES
+
+
+@pytest.mark.parametrize("component", ["cert-manager", "token-review", "override-existing"])
+def test_the_other_components_leave_the_monitor_and_the_service_alone(component: str) -> None:
+    """So the orders above cover every component: these cannot change how it scrapes."""
+    for overlay in ("quick-start", "kubeflow"):
+        plain = _keyed(render(overlay, "prometheus", "metrics-token-secret"))
+        added = _keyed(render(overlay, component, "prometheus", "metrics-token-secret"))
+        for key in (("ServiceMonitor", "trainjob-status"), ("Service", "trainjob-status")):
+            assert added[key] == plain[key], (overlay, component, key)
 
 
 def test_the_monitors_ca_and_name_are_the_servers() -> None:
@@ -586,17 +670,3 @@ def test_example_runtime_and_trainjob_need_nothing_from_us(devcluster: DevCluste
     devcluster.ensure_namespace(namespace)
     created = devcluster.create("trainjobs", trainjob, namespace, GROUP)
     assert created["spec"]["runtimeRef"]["name"] == runtime["metadata"]["name"]
-
-
-def test_the_kubeflow_overlay_repeats_the_components_monitor_patch_exactly() -> None:
-    """The overlay's own copy (its patches run after every component, so a prometheus
-    component listed later is patched too) cannot drift from the component's."""
-    component = yaml.safe_load(
-        (MANIFESTS / "components" / "secure-metrics" / "kustomization.yaml").read_text()
-    )
-    overlay = yaml.safe_load((OVERLAYS["kubeflow"] / "kustomization.yaml").read_text())
-    (from_component,) = [p for p in component["patches"] if p["target"]["kind"] == "ServiceMonitor"]
-    (from_overlay,) = overlay["patches"]
-    assert from_overlay["target"] == from_component["target"]
-    patch_file = MANIFESTS / "components" / "secure-metrics" / from_component["path"]
-    assert yaml.safe_load(from_overlay["patch"]) == yaml.safe_load(patch_file.read_text())

@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from trainjob_status_server.cli import build_parser, startup_problems
+from trainjob_status_server.cli import (
+    build_parser,
+    startup_problems,
+    with_kubeconfig_from_environment,
+)
 from trainjob_status_server.config import from_args
 
 from .conftest import ServingCerts
@@ -82,7 +86,7 @@ def test_no_kubeconfig_outside_a_cluster(certs: ServingCerts) -> None:
     )
     assert line == (
         f"{PROG} serve: not running in a cluster (KUBERNETES_SERVICE_HOST is unset): "
-        "give --kubeconfig (or TRAINJOB_STATUS_KUBECONFIG)"
+        "give --kubeconfig (or TRAINJOB_STATUS_KUBECONFIG, or set KUBECONFIG)"
     )
 
 
@@ -97,6 +101,49 @@ def test_a_kubeconfig_that_is_not_there(certs: ServingCerts, tmp_path: Path) -> 
         )
     )
     assert line == f"{PROG} serve: --kubeconfig {absent}: no such file"
+
+
+def test_a_kubeconfig_variable_naming_no_file(certs: ServingCerts, tmp_path: Path) -> None:
+    absent = tmp_path / "nope.kubeconfig"
+    line = refused(
+        serve(
+            f"--tls-cert-file={certs.cert_file}",
+            f"--tls-key-file={certs.key_file}",
+            *QUIET,
+            env={"KUBECONFIG": f"{absent}:{tmp_path / 'other'}"},
+        )
+    )
+    assert line == f"{PROG} serve: KUBECONFIG {absent}:{tmp_path / 'other'}: no such file"
+
+
+def test_serve_reads_the_kubeconfig_variable(certs: ServingCerts, tmp_path: Path) -> None:
+    """What kubectl reads, serve reads: the file KUBECONFIG names is loaded (and this one
+    does not load, which the refusal names)."""
+    broken = tmp_path / "broken.kubeconfig"
+    broken.write_text("clusters: [\n")
+    line = refused(
+        serve(
+            f"--tls-cert-file={certs.cert_file}",
+            f"--tls-key-file={certs.key_file}",
+            *QUIET,
+            env={"KUBECONFIG": str(broken)},
+        )
+    )
+    assert line.startswith(f"{PROG} serve: cannot load Kubernetes configuration ({broken}): ")
+
+
+def test_kubeconfig_comes_from_the_flag_then_kubeconfig_then_the_cluster(tmp_path: Path) -> None:
+    flag, variable = tmp_path / "flag.kubeconfig", tmp_path / "variable.kubeconfig"
+    parse = build_parser().parse_args
+    given = from_args(parse(["serve", f"--kubeconfig={flag}"]), {})
+    env_fallback = from_args(parse(["serve"]), {"TRAINJOB_STATUS_KUBECONFIG": str(flag)})
+    bare = from_args(parse(["serve"]), {})
+    environ = {"KUBECONFIG": str(variable)}
+    assert with_kubeconfig_from_environment(given, environ).kubeconfig == flag
+    assert with_kubeconfig_from_environment(env_fallback, environ).kubeconfig == flag
+    assert with_kubeconfig_from_environment(bare, environ).kubeconfig == variable
+    assert with_kubeconfig_from_environment(bare, {"KUBECONFIG": ""}).kubeconfig is None
+    assert with_kubeconfig_from_environment(bare, {}).kubeconfig is None
 
 
 def test_a_kubeconfig_that_does_not_load(certs: ServingCerts, tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from ..kube.client import KubeClient, ObjectList
 from ..kube.errors import KubeConfigError, KubeError, KubeUnavailable
 from ..kube.resources import TRAINJOBS, key_of
 from ..kube.store import CacheEvent
-from .follow import Follower
+from .follow import Follower, one_line, reason_of
 from .output import View, selected
 from .rows import SORT_KEYS, Row, row_of, sort_key
 from .terminal import printable
@@ -43,6 +43,19 @@ class UserKubeClient(KubeClient):
         api.user_agent = USER_AGENT
         self._api = api
         return self
+
+
+def not_found(name: str) -> str:
+    """What ``kubectl get`` says of a name that is not there."""
+    return f'Error from server (NotFound): {TRAINJOBS.plural}.{TRAINJOBS.group} "{name}" not found'
+
+
+def missing_kubeconfig(kubeconfig: str | None) -> str | None:
+    """The error when no file of ``kubeconfig`` exists (what the loader would say, a
+    missing current-context, is not what is wrong), else None."""
+    if kubeconfig is None or any(os.path.isfile(p) for p in kubeconfig.split(os.pathsep) if p):
+        return None
+    return f"error: no kubeconfig: {kubeconfig} does not exist (set KUBECONFIG or --kubeconfig)"
 
 
 def kubeconfig_file(flag: str | None, environ: Mapping[str, str]) -> str | None:
@@ -99,14 +112,20 @@ async def progress(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         # With -w too: a refusal (RBAC, no such resource, a bad selector) ends the
         # command at once with the API's message; later failures are retried.
         listed = await client.list(TRAINJOBS, namespace=namespace, label_selector=args.selector)
-        if not args.watch:
-            rows = selected((row_of(obj) for obj in listed.items), args.names)
-            if not rows and view.output is None:
+        rows = selected((row_of(obj) for obj in listed.items), args.names)
+        found = {row.name for row in rows}
+        missing = [name for name in dict.fromkeys(args.names) if name not in found]
+        if not args.watch or missing:
+            # As `kubectl get`: what was found, then a NotFound line for each name that
+            # was not, and exit status 1.
+            if rows or (view.output is not None and not missing):
+                view.snapshot(rows)
+            elif not missing:
                 where = "" if namespace is None else f" in {namespace} namespace"
                 err.write(printable(f"No resources found{where}.") + "\n")
-                return 0
-            view.snapshot(rows)
-            return 0
+            for name in missing:
+                err.write(printable(not_found(name)) + "\n")
+            return 1 if missing else 0
         await watch(client, namespace, args.selector, listed, args.names, view)
     return 0
 
@@ -266,6 +285,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="kubectl-trainjob: %(message)s")
     args.kubeconfig_file = kubeconfig_file(args.kubeconfig, os.environ)
+    missing = missing_kubeconfig(args.kubeconfig_file)
+    if missing is not None:
+        print(printable(missing), file=sys.stderr)
+        return 1
     try:
         return asyncio.run(progress(args, sys.stdout, sys.stderr))
     except KeyboardInterrupt:
@@ -273,14 +296,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # What an error says may come from the API server (or whatever answers in its
     # place): printed as printable text only.
     except KubeConfigError as exc:
-        print(printable(f"error: {exc}"), file=sys.stderr)
+        print(printable(f"error: {one_line(str(exc))}"), file=sys.stderr)
     except KubeError as exc:
         if exc.status == 404:  # a list answers 404 only when the resource type is missing
             print('error: the server doesn\'t have a resource type "trainjobs"', file=sys.stderr)
         else:
-            print(printable(f"Error from server ({exc.reason}): {exc.message}"), file=sys.stderr)
+            print(printable(reason_of(exc)), file=sys.stderr)
     except KubeUnavailable as exc:
-        print(printable(f"error: {exc}"), file=sys.stderr)
+        print(printable(f"error: {reason_of(exc)}"), file=sys.stderr)
     except BrokenPipeError:
         # `kubectl trainjob progress | head`: the reader has gone; so do we.
         sys.stderr.close()

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import aiohttp
 
 from ..kube.backoff import Backoff, ended_too_soon, watch_timeout
 from ..kube.client import BOOKMARK, KubeClient, ObjectList
@@ -56,10 +59,32 @@ def recovered(health: Health) -> tuple[Health, str | None]:
 
 
 def reason_of(exc: Exception) -> str:
-    """What a list or watch failure says, as kubectl says it."""
+    """What a list or watch failure says, as kubectl says it, in one line: the HTTP
+    library's own words (exception classes, the chunked-encoding detail of a cut
+    stream) replaced by what happened to the API server."""
     if isinstance(exc, KubeError):
-        return f"Error from server ({exc.reason}): {exc.message}"
-    return str(exc) or type(exc).__name__
+        return one_line(f"Error from server ({exc.reason}): {exc.message}")
+    if isinstance(exc, KubeUnavailable) and exc.__cause__ is not None:
+        plain = _connection_lost(exc.__cause__)
+        if plain is not None:
+            return plain
+    return one_line(str(exc)) or type(exc).__name__
+
+
+def _connection_lost(cause: BaseException) -> str | None:
+    if isinstance(cause, aiohttp.ClientConnectorError):
+        errno = cause.os_error.errno
+        why = os.strerror(errno).lower() if errno else "no connection"
+        return f"cannot connect to the API server at {cause.host}:{cause.port}: {why}"
+    lost = (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, ConnectionError)
+    if isinstance(cause, lost):
+        return "lost the connection to the API server: it closed the connection"
+    return None
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line (a YAML parser's or a proxy's message may span several)."""
+    return " ".join(text.split())
 
 
 class Follower:
