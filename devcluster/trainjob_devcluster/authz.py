@@ -152,7 +152,7 @@ def rbac_allows(
 
 
 # What the default ClusterRole system:basic-user lets every authenticated user create.
-SELF_REVIEWS = frozenset({"selfsubjectaccessreviews"})
+SELF_REVIEWS = frozenset({"selfsubjectaccessreviews", "selfsubjectreviews"})
 
 
 def path_allowed(user: User, path: str, verb: str = "get") -> bool:
@@ -173,7 +173,8 @@ def authorize(
         return
     if resource is None and _path_allowed(user, info.path):
         return
-    if resource is not None and resource.plural in SELF_REVIEWS and info.verb == "create":
+    self_review = resource is not None and resource.plural in SELF_REVIEWS
+    if self_review and info.verb == "create" and not user.anonymous:
         return
     group = resource.group if resource else ""
     info_for_rbac = info if resource is not None else RequestInfo(info.method, info.path, "get")

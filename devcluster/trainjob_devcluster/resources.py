@@ -128,6 +128,15 @@ def default_resources() -> list[ResourceType]:
             verbs=("create",),
         ),
         ResourceType(
+            group="authentication.k8s.io",
+            version="v1",
+            kind="SelfSubjectReview",
+            plural="selfsubjectreviews",
+            singular="selfsubjectreview",
+            namespaced=False,
+            verbs=("create",),
+        ),
+        ResourceType(
             group="authorization.k8s.io",
             version="v1",
             kind="SubjectAccessReview",

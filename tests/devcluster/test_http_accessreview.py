@@ -233,3 +233,16 @@ async def test_a_named_review_has_no_route(api: Api, method: str) -> None:
             "code": 404,
         },
     )
+
+
+async def test_anonymous_callers_may_not_review_themselves(api: Api) -> None:
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    path = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+    code, body, _ = await api.call("POST", path, review, token=None)
+    assert (code, body["reason"], body["message"]) == (
+        403,
+        "Forbidden",
+        'selfsubjectreviews.authentication.k8s.io is forbidden: User "system:anonymous" cannot '
+        'create resource "selfsubjectreviews" in API group "authentication.k8s.io" at the '
+        "cluster scope",
+    )

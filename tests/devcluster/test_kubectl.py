@@ -311,3 +311,20 @@ async def test_auth_can_i_asks_a_self_subject_access_review(
     token = devcluster.request_token("team-a", "nobody", [devcluster.issuer])
     refused = await kubectl.run("auth", "can-i", "get", "pods", "--token", token)
     assert (refused.code, refused.out) == (1, "no\n")
+
+
+async def test_auth_whoami_is_a_self_subject_review(
+    kubectl: Kubectl, devcluster: DevCluster
+) -> None:
+    review = json.loads(await kubectl.ok("auth", "whoami", "-o", "json"))
+    assert review["status"]["userInfo"] == {
+        "username": "devcluster-admin",
+        "groups": ["system:masters", "system:authenticated"],
+    }
+    devcluster.ensure_namespace("team-a")
+    devcluster.create("serviceaccounts", {"metadata": {"name": "trainer"}}, "team-a")
+    token = devcluster.request_token("team-a", "trainer", [devcluster.issuer])
+    out = await kubectl.ok(
+        "auth", "whoami", "--token", token, "-o", "jsonpath={.status.userInfo.username}"
+    )
+    assert out == "system:serviceaccount:team-a:trainer"

@@ -57,7 +57,10 @@ class Server:
         content_type: str = "application/json",
         token: str | None = None,
     ) -> Answer:
-        headers = {"Authorization": f"Bearer {token or self.cluster.admin_token}"}
+        # token "": anonymous (no header); None: the admin.
+        headers = (
+            {} if token == "" else {"Authorization": f"Bearer {token or self.cluster.admin_token}"}
+        )
         data = None
         if body is not None:
             data = json.dumps(body).encode()
@@ -418,3 +421,60 @@ async def test_a_token_review_of_a_stranger_token(both: Both) -> None:
     dev, real = await both.call("POST", REVIEWS[0], review)
     assert dev.code == real.code == 201
     assert dev.body["status"] == real.body["status"]
+
+
+async def test_kubectl_auth_whoami(both: Both) -> None:
+    """A SelfSubjectReview (kubectl sends protobuf): the admin's groups on both; names
+    differ by design (each server's admin is its own)."""
+    require_kubectl()
+    dev, real = await both.kubectl("auth", "whoami", "-o", "json")
+    assert dev[0] == real[0] == 0, (dev, real)
+    dev_review, real_review = json.loads(dev[1]), json.loads(real[1])
+    assert shape(dev_review) - {".status.userInfo.uid"} == shape(real_review) - {
+        ".status.userInfo.uid"
+    }
+    assert dev_review["status"]["userInfo"]["groups"] == real_review["status"]["userInfo"]["groups"]
+    assert dev_review["kind"] == real_review["kind"] == "SelfSubjectReview"
+
+
+async def test_whoami_of_a_pod_bound_token(both: Both) -> None:
+    both.each("create_pod", NS, "p", service_account="trainer")
+    answers = []
+    for server in (both.dev, both.real):
+        token = server.cluster.request_token(
+            NS, "trainer", ["https://kubernetes.default.svc.cluster.local"], pod="p"
+        )
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        answers.append(
+            await server.call(
+                "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", review, token=token
+            )
+        )
+    dev, real = answers
+    assert dev.code == real.code == 201
+    dev_user, real_user = dev.body["status"]["userInfo"], real.body["status"]["userInfo"]
+    assert (dev_user["username"], dev_user["groups"]) == (
+        real_user["username"],
+        real_user["groups"],
+    )
+    assert sorted(dev_user["extra"]) == sorted(real_user["extra"])
+    assert dev_user["extra"]["authentication.kubernetes.io/pod-name"] == ["p"]
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [
+        ("/apis/authentication.k8s.io/v1/selfsubjectreviews", "SelfSubjectReview"),
+        (REVIEWS[2], "SelfSubjectAccessReview"),
+    ],
+)
+async def test_anonymous_self_reviews_are_forbidden(both: Both, path: str, kind: str) -> None:
+    group = path.split("/")[2]
+    review = {
+        "apiVersion": f"{group}/v1",
+        "kind": kind,
+        "spec": {"nonResourceAttributes": {"path": "/", "verb": "get"}},
+    }
+    dev, real = await both.call("POST", path, review, token="")
+    assert dev.body == real.body
+    assert real.code == 403
