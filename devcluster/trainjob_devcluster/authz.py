@@ -78,6 +78,24 @@ def _subject_matches(subject: dict[str, Any], user: User, binding_ns: str) -> bo
     return False
 
 
+def bound_rules(
+    user: User, namespace: str, bindings: Iterable[dict[str, Any]], role_lookup: Any
+) -> list[dict[str, Any]]:
+    """Every rule of every stored Role and ClusterRole bound to ``user`` (cluster-wide, or
+    in ``namespace``), in the bindings' order."""
+    rules: list[dict[str, Any]] = []
+    for binding in bindings:
+        binding_ns = binding.get("metadata", {}).get("namespace", "")
+        if binding_ns and binding_ns != namespace:
+            continue
+        if not any(_subject_matches(s, user, binding_ns) for s in binding.get("subjects") or []):
+            continue
+        ref = binding.get("roleRef") or {}
+        role = role_lookup(ref.get("kind", ""), binding_ns, ref.get("name", ""))
+        rules.extend((role or {}).get("rules") or [])
+    return rules
+
+
 def _rule_allows(rule: dict[str, Any], info: RequestInfo, group: str) -> bool:
     verbs = rule.get("verbs") or []
     if "*" not in verbs and info.verb not in verbs:
@@ -152,7 +170,9 @@ def rbac_allows(
 
 
 # What the default ClusterRole system:basic-user lets every authenticated user create.
-SELF_REVIEWS = frozenset({"selfsubjectaccessreviews", "selfsubjectreviews"})
+SELF_REVIEWS = frozenset(
+    {"selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews"}
+)
 
 
 def path_allowed(user: User, path: str, verb: str = "get") -> bool:

@@ -148,6 +148,15 @@ def default_resources() -> list[ResourceType]:
         ResourceType(
             group="authorization.k8s.io",
             version="v1",
+            kind="SelfSubjectRulesReview",
+            plural="selfsubjectrulesreviews",
+            singular="selfsubjectrulesreview",
+            namespaced=False,
+            verbs=("create",),
+        ),
+        ResourceType(
+            group="authorization.k8s.io",
+            version="v1",
             kind="SelfSubjectAccessReview",
             plural="selfsubjectaccessreviews",
             singular="selfsubjectaccessreview",

@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
-from . import accessreview, authz, bodies, status
+from . import accessreview, authz, bodies, rulesreview, status
 from .admission import MutatingAdmission
 from .faults import Fault, Faults, RequestInfo
 from .httpserver import Connection, HandlerResult, Request, Response
@@ -178,10 +178,12 @@ class ClusterApp:
         return self._answer(request, call)
 
     def _self_review(self, request: Request, call: Call, user: authz.User) -> Response:
-        """``kubectl auth whoami`` and ``kubectl auth can-i``: about the caller itself."""
+        """``kubectl auth whoami`` and ``kubectl auth can-i [--list]``: about the caller."""
         body = self._json_object(call)
         if call.resource.plural == "selfsubjectaccessreviews":
             answer = accessreview.self_review(body, user, self._bindings, self._role)
+        elif call.resource.plural == "selfsubjectrulesreviews":
+            answer = rulesreview.review(body, user, self._bindings, self._role)
         else:
             answer = {
                 "kind": "SelfSubjectReview",

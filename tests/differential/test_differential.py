@@ -478,3 +478,72 @@ async def test_anonymous_self_reviews_are_forbidden(both: Both, path: str, kind:
     dev, real = await both.call("POST", path, review, token="")
     assert dev.body == real.body
     assert real.code == 403
+
+
+def rules(answer: Answer) -> tuple[list[str], list[str]]:
+    """A rules review's rules, order aside (the real server lists them as its cache
+    iterates the bindings)."""
+    status = answer.body["status"]
+    return (
+        sorted(json.dumps(r, sort_keys=True) for r in status["resourceRules"]),
+        sorted(json.dumps(r, sort_keys=True) for r in status["nonResourceRules"]),
+    )
+
+
+async def test_self_subject_rules_reviews_list_the_same_rules(both: Both) -> None:
+    rbac = "rbac.authorization.k8s.io"
+    both.each("create_pod", NS, "p", service_account="trainer")
+    both.each(
+        "create",
+        "roles",
+        {
+            "metadata": {"name": "reader"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "verbs": ["get", "list"],
+                    "resourceNames": ["one"],
+                }
+            ],
+        },
+        NS,
+        rbac,
+    )
+    both.each(
+        "create",
+        "rolebindings",
+        {
+            "metadata": {"name": "reader"},
+            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": "reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "trainer", "namespace": NS}],
+        },
+        NS,
+        rbac,
+    )
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectRulesReview",
+        "spec": {"namespace": NS},
+    }
+    path = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews"
+    dev, real = await both.call("POST", path, review)
+    assert dev.code == real.code == 201
+    assert rules(dev) == rules(real)
+    answers = []
+    for server in (both.dev, both.real):
+        token = server.cluster.request_token(
+            NS, "trainer", ["https://kubernetes.default.svc.cluster.local"]
+        )
+        answers.append(await server.call("POST", path, review, token=token))
+    assert answers[0].code == answers[1].code == 201
+    assert rules(answers[0]) == rules(answers[1])
+    assert answers[0].body["status"]["incomplete"] is answers[1].body["status"]["incomplete"]
+
+
+async def test_kubectl_auth_can_i_list(both: Both) -> None:
+    require_kubectl()
+    both.each("ensure_namespace", NS)
+    dev, real = await both.kubectl("auth", "can-i", "--list", "-n", NS)
+    assert dev[0] == real[0] == 0, (dev, real)
+    assert sorted(dev[1].splitlines()[1:]) == sorted(real[1].splitlines()[1:])
