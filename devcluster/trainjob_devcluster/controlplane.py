@@ -261,7 +261,10 @@ class ControlPlane:
                     return
                 last = f"{code} {body!r}"
             time.sleep(0.2)
-        raise TimeoutError(f"kube-apiserver not ready after {READY_TIMEOUT:.0f} s: {last}")
+        log = (self.workdir / "kube-apiserver.log").read_text(errors="replace")
+        raise TimeoutError(
+            f"kube-apiserver not ready after {READY_TIMEOUT:.0f} s: {last}\n{log[-4000:]}"
+        )
 
     # -- requests as the admin -------------------------------------------------------------
 
