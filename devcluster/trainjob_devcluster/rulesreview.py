@@ -32,26 +32,6 @@ _BASIC_USER = [
         "resources": ["selfsubjectreviews"],
     },
 ]
-_PUBLIC_INFO = ["/healthz", "/livez", "/readyz", "/version", "/version/"]
-_DISCOVERY = [
-    "/api",
-    "/api/*",
-    "/apis",
-    "/apis/*",
-    "/healthz",
-    "/livez",
-    "/openapi",
-    "/openapi/*",
-    "/readyz",
-    "/version",
-    "/version/",
-]
-_ISSUER = [
-    "/.well-known/openid-configuration",
-    "/.well-known/openid-configuration/",
-    "/openid/v1/jwks",
-    "/openid/v1/jwks/",
-]
 
 
 def _default_rules(user: authz.User) -> list[dict[str, Any]]:
@@ -61,11 +41,11 @@ def _default_rules(user: authz.User) -> list[dict[str, Any]]:
         rules += _EVERYTHING
     if "system:authenticated" in groups:
         rules += _BASIC_USER
-        rules.append({"verbs": _GET, "nonResourceURLs": _DISCOVERY})
+        rules.append({"verbs": _GET, "nonResourceURLs": list(authz.DISCOVERY_URLS)})
     if groups & {"system:authenticated", "system:unauthenticated"}:
-        rules.append({"verbs": _GET, "nonResourceURLs": _PUBLIC_INFO})
+        rules.append({"verbs": _GET, "nonResourceURLs": list(authz.PUBLIC_INFO_URLS)})
     if "system:serviceaccounts" in groups:
-        rules.append({"verbs": _GET, "nonResourceURLs": _ISSUER})
+        rules.append({"verbs": _GET, "nonResourceURLs": list(authz.ISSUER_URLS)})
     return rules
 
 

@@ -547,3 +547,24 @@ async def test_kubectl_auth_can_i_list(both: Both) -> None:
     dev, real = await both.kubectl("auth", "can-i", "--list", "-n", NS)
     assert dev[0] == real[0] == 0, (dev, real)
     assert sorted(dev[1].splitlines()[1:]) == sorted(real[1].splitlines()[1:])
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/healthz",
+        "/healthz/etcd",
+        "/livez",
+        "/readyz",
+        "/version",
+        "/api",
+        "/apis",
+        "/metrics",
+        "/openid/v1/jwks",
+    ],
+)
+async def test_what_an_anonymous_caller_may_read(both: Both, path: str) -> None:
+    dev, real = await both.call("GET", path, token="")
+    assert dev.code == real.code, (dev, real)
+    if real.code == 403:
+        assert dev.body == real.body
