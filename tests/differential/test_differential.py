@@ -568,3 +568,36 @@ async def test_what_an_anonymous_caller_may_read(both: Both, path: str) -> None:
     assert dev.code == real.code, (dev, real)
     if real.code == 403:
         assert dev.body == real.body
+
+
+async def test_a_bad_trainjob_name_and_a_short_token_are_the_same_422(both: Both) -> None:
+    both.each("ensure_namespace", NS)
+    both.each("create", "serviceaccounts", {"metadata": {"name": "sa"}}, NS)
+    body = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "Bad_Name"},
+        "spec": {"runtimeRef": {"name": "x"}},
+    }
+    dev, real = await both.call("POST", TRAINJOBS, body)
+    assert (dev.code, dev.body) == (real.code, real.body)
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"audiences": ["x"], "expirationSeconds": 60},
+    }
+    dev, real = await both.call(
+        "POST", f"/api/v1/namespaces/{NS}/serviceaccounts/sa/token", request
+    )
+    assert (dev.code, dev.body) == (real.code, real.body)
+    assert real.code == 422
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/.well-known/openid-configuration", "/openid/v1/jwks", "/apis/trainer.kubeflow.org/v1alpha1"],
+)
+async def test_documents_the_server_reads_have_the_same_shape(both: Both, path: str) -> None:
+    dev, real = await both.call("GET", path)
+    assert dev.code == real.code == 200
+    assert shape(dev.body) == shape(real.body)
