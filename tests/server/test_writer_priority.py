@@ -1,0 +1,198 @@
+"""Over the API budget, against the devcluster: a final update jumps the queue, a
+TrainJob that turns Complete while dirty does too, a final update is written even when
+a newer one follows it; and the budget advisor's log line and gauges."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from prometheus_client import REGISTRY
+
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_status_server.app import StatusServer
+from trainjob_status_server.config import Config
+from trainjob_status_server.kube.store import CacheEvent
+from trainjob_status_server.status.advisor import BudgetAdvisor
+from trainjob_status_server.status.writer import CoalescingWriter
+
+from .conftest import GROUP, NS, Poster, ServingCerts, with_changes
+
+BASE = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(minutes=5)
+NAMES = [f"tj{i}" for i in range(8)]
+
+
+def stamp(seconds: float) -> str:
+    return (BASE + dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sample(name: str, labels: dict[str, str]) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+class Written:
+    """Each trainerStatus the server's TrainJob cache sees change, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int | None]] = []
+
+    def __call__(self, event: CacheEvent) -> None:
+        new = ((event.new or {}).get("status") or {}).get("trainerStatus")
+        old = ((event.old or {}).get("status") or {}).get("trainerStatus")
+        if new is not None and new != old:
+            self.events.append((event.key[1], new.get("progressPercentage")))
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.events]
+
+    def progress_of(self, name: str) -> list[int | None]:
+        return [progress for written, progress in self.events if written == name]
+
+
+@pytest_asyncio.fixture
+async def over_budget(
+    config: Config, certs: ServingCerts, devcluster: DevCluster
+) -> AsyncIterator[tuple[Poster, Written]]:
+    """The server with a budget of one write a second (one at once), eight TrainJobs."""
+    for name in NAMES:
+        devcluster.create_trainjob(NS, name)
+    changed = with_changes(config, kube_api_qps=1.0, kube_api_burst=1, min_write_interval=1.0)
+    async with StatusServer(changed, AcceptAll()) as server:
+        await server.trainjobs.synced.wait()
+        written = Written()
+        server.trainjobs.add_listener(written)
+        connector = aiohttp.TCPConnector(ssl=certs.client_context(), limit=8)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            yield Poster(server, session), written
+        server.trainjobs.remove_listener(written)
+
+
+async def post(poster: Poster, name: str, progress: int, at: float) -> None:
+    body = {"trainerStatus": {"progressPercentage": progress, "lastUpdatedTime": stamp(at)}}
+    code, answer, _ = await poster.request(
+        "POST",
+        f"/apis/{GROUP}/v1alpha1/namespaces/{NS}/trainjobs/{name}/status",
+        json.dumps(body).encode(),
+        {"Authorization": "Bearer t"},
+    )
+    assert code == 200, answer
+
+
+async def test_a_final_update_jumps_the_queue(over_budget: tuple[Poster, Written]) -> None:
+    poster, written = over_budget
+    finals = sample("trainjob_status_write_freshness_by_class_seconds_count", {"class": "final"})
+    for name in NAMES:
+        await post(poster, name, 10, at=1)
+    await post(poster, NAMES[-1], 100, at=2)
+    await poster.server.writer.wait_idle()
+    # Oldest first it would be written last; at one write a second it goes at the next.
+    assert written.names().index(NAMES[-1]) < 3, written.events
+    assert sorted(written.names()) == sorted(NAMES)  # each once, the final one at 100
+    assert written.progress_of(NAMES[-1]) == [100]
+    assert (
+        sample("trainjob_status_write_freshness_by_class_seconds_count", {"class": "final"})
+        == finals + 1
+    )
+    assert sample("trainjob_status_pending_writes_by_class", {"class": "progress"}) == 0
+
+
+async def test_a_final_update_is_written_before_the_newer_one_behind_it(
+    over_budget: tuple[Poster, Written],
+) -> None:
+    poster, written = over_budget
+    last = NAMES[3]
+    for name in NAMES[:4]:
+        await post(poster, name, 10, at=1)
+    await post(poster, last, 100, at=2)
+    # Newer, lower: another pod's late tick. Coalescing alone would write only this one.
+    await post(poster, last, 99, at=3)
+    await poster.server.writer.wait_idle()
+    assert written.progress_of(last) == [100, 99]
+    assert written.names().index(last) < 3, written.events
+
+
+async def test_a_trainjob_that_turns_complete_while_dirty_jumps_the_queue(
+    over_budget: tuple[Poster, Written], devcluster: DevCluster
+) -> None:
+    poster, written = over_budget
+    done = NAMES[-1]
+    for name in NAMES:
+        await post(poster, name, 10, at=1)
+    complete = {"type": "Complete", "status": "True", "lastTransitionTime": devcluster.now()}
+    set_conditions(devcluster, done, complete)
+    while not ((poster.server.trainjobs.get(NS, done) or {}).get("status") or {}).get("conditions"):
+        await asyncio.sleep(0.01)
+    await poster.server.writer.wait_idle()
+    assert written.names().index(done) < 3, written.events
+
+
+def set_conditions(cluster: DevCluster, name: str, *conditions: dict[str, str]) -> None:
+    """What the Trainer's controller does: write ``status.conditions``."""
+    qualified = cluster.resource("trainjobs", GROUP).qualified
+    old = cluster.store.get(qualified, NS, name)
+    assert old is not None
+    status: dict[str, Any] = {**old.get("status", {}), "conditions": list(conditions)}
+    cluster.store.update(
+        qualified, {**old, "metadata": dict(old["metadata"]), "status": status}, old
+    )
+
+
+def test_the_advisor_logs_once_per_episode_with_the_advised_qps(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    advisor = BudgetAdvisor(min_interval=1.0, target_freshness=60.0, window=60.0)
+    caplog.set_level(logging.INFO, logger="trainjob_status_server.status.advisor")
+
+    def minute(start: float, trainjobs: int) -> None:
+        for second in range(0, 60, 5):  # every TrainJob posts every 5 s
+            for i in range(trainjobs):
+                advisor.saw(("ns", f"t{i}"), start + second)
+
+    minute(0.0, 1000)
+    advisor.check(30.0, qps=5.0)  # the window is not over: nothing judged
+    assert caplog.records == []
+    advisor.check(60.0, qps=5.0)
+    minute(60.0, 1000)
+    advisor.check(120.0, qps=5.0)  # still over: no second line
+    [line] = caplog.records
+    assert line.levelno == logging.WARNING
+    assert line.getMessage() == "status write demand exceeds the API budget"
+    assert line.__dict__["writes_per_second"] == 200.0
+    assert line.__dict__["trainjobs"] == 1000
+    assert line.__dict__["advised_kube_api_qps"] == 17  # 1,000 TrainJobs / 60 s
+    assert sample("trainjob_status_write_budget_exceeded", {}) == 1
+    assert sample("trainjob_status_advised_kube_api_qps", {}) == 17
+    assert sample("trainjob_status_write_demand_per_second", {}) == 200.0
+    minute(120.0, 10)  # 2 writes/s: within 5 QPS
+    advisor.check(180.0, qps=5.0)
+    assert [r.getMessage() for r in caplog.records][1:] == [
+        "status write demand back within the API budget"
+    ]
+    assert sample("trainjob_status_write_budget_exceeded", {}) == 0
+
+
+def test_without_a_target_the_advisor_still_says_when_demand_is_over(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    advisor = BudgetAdvisor(min_interval=1.0, target_freshness=None, window=10.0)
+    caplog.set_level(logging.WARNING, logger="trainjob_status_server.status.advisor")
+    for i in range(100):
+        advisor.saw(("ns", f"t{i}"), 0.0)
+    advisor.check(10.0, qps=5.0)  # 100 writes in 10 s: 10/s
+    [line] = caplog.records
+    assert line.__dict__["advised_kube_api_qps"] is None
+    assert line.__dict__["target_freshness"] is None
+
+
+def test_the_server_passes_its_target_freshness_to_the_writer(config: Config) -> None:
+    server = StatusServer(with_changes(config, target_freshness=30.0), AcceptAll())
+    assert isinstance(server.writer, CoalescingWriter)
+    assert server.writer.advisor.target_freshness == 30.0
