@@ -46,6 +46,7 @@ COMPONENTS = {
 EXTRA_COMPONENTS = {
     "override-existing": MANIFESTS / "components" / "override-existing",
     "secure-metrics": MANIFESTS / "components" / "secure-metrics",
+    "api-priority": MANIFESTS / "components" / "api-priority",
 }
 NAMESPACE_REFERENCES = MANIFESTS / "namespace-references"
 
