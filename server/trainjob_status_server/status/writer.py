@@ -156,6 +156,15 @@ class CoalescingWriter:
     def submit(self, key: Key, update: EncodedStatus) -> None:
         now = self.clock()
         self.advisor.saw(key, now)
+        behind = self._following.get(key)
+        if behind is not None:
+            # A final update is pending or in flight ahead of it: the newest waits behind.
+            if supersedes(update, behind.update):
+                self._following[key] = Pending(update, now)
+                selfmetrics.UPDATES_COALESCED.inc()
+            else:
+                selfmetrics.UPDATES_DROPPED.labels("stale").inc()
+            return
         held = self._pending.get(key)
         if held is not None:
             if supersedes(update, held.update):
@@ -179,8 +188,6 @@ class CoalescingWriter:
         """``newer`` supersedes the pending ``held``: it takes its place, unless ``held``
         is final and ``newer`` is not, in which case ``newer`` waits behind it."""
         if is_final(held.update) and not is_final(newer.update):
-            if key in self._following:
-                selfmetrics.UPDATES_COALESCED.inc()
             self._following[key] = newer
             return
         selfmetrics.UPDATES_COALESCED.inc()
@@ -271,13 +278,12 @@ class CoalescingWriter:
         self._in_flight.discard(key)
         if not task.cancelled() and task.exception() is not None:
             log.error("status write failed", exc_info=task.exception())
-        following = self._following.pop(key, None)
-        if following is not None and key not in self._pending:
+        # What waited behind a final update goes next, unless the final one is pending
+        # again (its write failed and is retried first).
+        if key in self._following and key not in self._pending:
+            following = self._following.pop(key)
             self._pending[key] = following
             following.klass = self._classify(key, following.update, self._stored(key))
-        elif following is not None:
-            selfmetrics.UPDATES_COALESCED.inc()  # a retried final went back ahead of it
-            self._following[key] = following
         if key in self._pending:
             now = self.clock()
             self._dirty_since.setdefault(key, now)
