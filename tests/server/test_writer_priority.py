@@ -119,6 +119,22 @@ async def test_a_final_update_is_written_before_the_newer_one_behind_it(
     assert written.names().index(last) < 3, written.events
 
 
+async def test_a_final_update_whose_write_fails_is_retried_before_the_newer_one(
+    over_budget: tuple[Poster, Written], devcluster: DevCluster
+) -> None:
+    poster, written = over_budget
+    name = NAMES[0]
+    # The final update's first write is held a second, then refused: meanwhile two
+    # newer updates arrive, the second replacing the first.
+    devcluster.faults.stall(1.0, verb="patch", resource="trainjobs/status", name=name)
+    devcluster.faults.fail(500, verb="patch", resource="trainjobs/status", name=name)
+    await post(poster, name, 100, at=1)
+    await post(poster, name, 99, at=2)
+    await post(poster, name, 98, at=3)
+    await poster.server.writer.wait_idle()
+    assert written.progress_of(name) == [100, 98]
+
+
 async def test_a_trainjob_that_turns_complete_while_dirty_jumps_the_queue(
     over_budget: tuple[Poster, Written], devcluster: DevCluster
 ) -> None:
