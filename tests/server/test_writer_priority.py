@@ -22,6 +22,7 @@ from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 from trainjob_status_server.kube.store import CacheEvent
 from trainjob_status_server.status.advisor import BudgetAdvisor
+from trainjob_status_server.status.validation import parse_trainer_status
 from trainjob_status_server.status.writer import CoalescingWriter
 
 from .conftest import GROUP, NS, Poster, ServingCerts, with_changes
@@ -159,6 +160,45 @@ def set_conditions(cluster: DevCluster, name: str, *conditions: dict[str, str]) 
     cluster.store.update(
         qualified, {**old, "metadata": dict(old["metadata"]), "status": status}, old
     )
+
+
+async def test_a_writer_over_budget_for_a_window_says_so_with_the_advised_qps(
+    over_budget: tuple[Poster, Written], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A writer of its own on the server's one-write-a-second budget, judged every
+    0.4 s instead of every minute: eight TrainJobs, each updated every 0.1 s."""
+    poster, _ = over_budget
+    server = poster.server
+    caplog.set_level(logging.WARNING, logger="trainjob_status_server.status.advisor")
+    writer = CoalescingWriter(
+        server.budgets.writes.waiting(None),
+        server.trainjobs,
+        min_interval=1.0,
+        target_freshness=2.0,
+        advice_window=0.4,
+    )
+    await writer.start()
+    try:
+        step = 0
+        while not writer.advisor.over:
+            step += 1
+            wall = dt.datetime.now(dt.UTC)
+            for name in NAMES:
+                body = {"trainerStatus": {"progressPercentage": step % 100}}
+                parsed = parse_trainer_status(body, trainjob=name, received=wall)
+                assert parsed is not None
+                writer.submit((NS, name), parsed.encoded(wall))
+            await asyncio.sleep(0.1)
+    finally:
+        await writer.stop(0.0)
+    [line] = [r for r in caplog.records if r.name == "trainjob_status_server.status.advisor"]
+    assert line.getMessage() == "status write demand exceeds the API budget"
+    assert line.__dict__["kube_api_qps"] == 1.0
+    assert line.__dict__["trainjobs"] == len(NAMES)
+    # Eight TrainJobs, at most one write a second each: 8 writes/s of demand; a 2 s
+    # target needs a round of 8 / 2 = 4 writes/s.
+    assert line.__dict__["advised_kube_api_qps"] == 4
+    assert sample("trainjob_status_write_budget_exceeded", {}) == 1
 
 
 def test_the_advisor_logs_once_per_episode_with_the_advised_qps(
