@@ -12,7 +12,7 @@ SERVER_STAMP := $(VENV)/.installed-server
 VENV_PY39 := .venv-py39
 VENV_MYPY39 := .venv-mypy39
 
-.PHONY: demo test lint typecheck unit client-py39 client-py39-run devcluster bench clean
+.PHONY: demo test lint typecheck unit client-py39 client-py39-run kube-assets real-tier-assets devcluster bench clean
 
 $(SERVER_STAMP): client/pyproject.toml server/pyproject.toml devcluster/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,8 +43,25 @@ typecheck: $(STAMP) $(VENV_MYPY39)/.installed
 	$(BIN)/mypy
 	$(VENV_MYPY39)/bin/mypy --strict --python-version 3.9 -p trainjob_status
 
-unit: $(STAMP)
-	$(BIN)/pytest -q
+# The real tier (tests on kube-apiserver and etcd) finds the binaries through
+# KUBEBUILDER_ASSETS: a folder given in the environment is used as it is; otherwise the
+# cache, built first where Go is. Where Go is missing a SKIPPED line says so and those tests
+# skip, except under CI (TRAINJOB_STATUS_CI=1), where both this and the tests fail.
+KUBEBUILDER_ASSETS ?= $(KUBE_ASSETS_DIR)
+
+real-tier-assets:
+	@if [ "$(origin KUBEBUILDER_ASSETS)" = environment ]; then \
+	  echo "real tier: KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS)"; \
+	elif command -v $(GO) >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory kube-assets; \
+	elif [ "$$TRAINJOB_STATUS_CI" = 1 ]; then \
+	  echo "kube-assets: $(GO) is not installed; CI runs the real tier" >&2; exit 1; \
+	else \
+	  echo "kube-assets: SKIPPED, $(GO) is not installed (the real control plane's tests skip)"; \
+	fi
+
+unit: $(STAMP) real-tier-assets
+	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" $(BIN)/pytest -q
 
 $(VENV_PY39)/.installed: pyproject.toml
 	rm -rf $(VENV_PY39)
@@ -72,6 +89,37 @@ client-py39-run: $(VENV_PY39)/.installed
 	$(VENV_PY39)/bin/pip install --quiet --force-reinstall --no-deps ./client
 	rm -rf client/build
 	$(VENV_PY39)/bin/pytest -q --confcutdir=tests/client tests/client
+
+# The real control plane for the suite's "real" tier: kube-apiserver and etcd built from the
+# Go module in tools/kube, whose go.mod pins both (the versions are read from it, so the
+# cache folder's name changes with a bump and an old build is never reused for a new pin).
+# A user with setup-envtest's binaries can point KUBEBUILDER_ASSETS at theirs instead.
+GO ?= go
+KUBE_VERSION := $(shell awk '$$1 == "k8s.io/kubernetes" && $$2 ~ /^v/ {print $$2; exit}' tools/kube/go.mod)
+ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" && $$2 ~ /^v/ {print $$2; exit}' tools/kube/go.mod)
+KUBE_ASSETS_CACHE ?= $(HOME)/.cache/trainjob-status/kube-assets
+KUBE_ASSETS_DIR ?= $(KUBE_ASSETS_CACHE)/k8s-$(KUBE_VERSION)-etcd-$(ETCD_VERSION)
+# kube-apiserver reports the version it was stamped with (kubectl and clients read it);
+# an unstamped build would call itself v0.0.0-master.
+KUBE_LDFLAGS := -s -w \
+  -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+  -X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(patsubst v%,%,$(KUBE_VERSION)))) \
+  -X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION))) \
+  -X k8s.io/component-base/version.gitTreeState=clean
+
+kube-assets: $(KUBE_ASSETS_DIR)/.complete
+
+# Built into a scratch folder beside the cache entry and moved in whole, so an interrupted
+# build never leaves a folder that looks complete.
+$(KUBE_ASSETS_DIR)/.complete:
+	rm -rf "$(KUBE_ASSETS_DIR).partial"
+	mkdir -p "$(KUBE_ASSETS_DIR).partial"
+	cd tools/kube && CGO_ENABLED=0 $(GO) build -buildvcs=false -trimpath -ldflags "$(KUBE_LDFLAGS)" \
+	  -o "$(KUBE_ASSETS_DIR).partial/" k8s.io/kubernetes/cmd/kube-apiserver go.etcd.io/etcd/server/v3
+	mv "$(KUBE_ASSETS_DIR).partial/server" "$(KUBE_ASSETS_DIR).partial/etcd"
+	touch "$(KUBE_ASSETS_DIR).partial/.complete"
+	rm -rf "$(KUBE_ASSETS_DIR)"
+	mv "$(KUBE_ASSETS_DIR).partial" "$(KUBE_ASSETS_DIR)"
 
 test: lint typecheck unit client-py39
 

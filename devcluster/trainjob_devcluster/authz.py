@@ -46,6 +46,26 @@ def _path_allowed(user: User, path: str) -> bool:
     return any(path == p or path.startswith(p + "/") for p in DISCOVERY_PREFIXES)
 
 
+def default_grant(user: User, path: str) -> str | None:
+    """The reason RBAC gives for a ``get`` of ``path`` that a fresh cluster's default
+    ClusterRoleBindings allow, or None. Where two allow it (``/healthz`` for an
+    authenticated user: system:discovery and system:public-info-viewer) the real API
+    server names whichever its cache lists first; this names system:discovery."""
+    if not _path_allowed(user, path):
+        return None
+    if path in ISSUER_PATHS:
+        return _default_reason("system:service-account-issuer-discovery", "system:serviceaccounts")
+    if "system:authenticated" in user.groups:
+        return _default_reason("system:discovery", "system:authenticated")
+    return _default_reason("system:public-info-viewer", "system:unauthenticated")
+
+
+def _default_reason(name: str, group: str) -> str:
+    return (
+        f'RBAC: allowed by ClusterRoleBinding "{name}" of ClusterRole "{name}" to Group "{group}"'
+    )
+
+
 def _subject_matches(subject: dict[str, Any], user: User, binding_ns: str) -> bool:
     kind = subject.get("kind")
     if kind == "User":
@@ -56,6 +76,24 @@ def _subject_matches(subject: dict[str, Any], user: User, binding_ns: str) -> bo
         ns = subject.get("namespace") or binding_ns
         return user.name == f"system:serviceaccount:{ns}:{subject.get('name')}"
     return False
+
+
+def bound_rules(
+    user: User, namespace: str, bindings: Iterable[dict[str, Any]], role_lookup: Any
+) -> list[dict[str, Any]]:
+    """Every rule of every stored Role and ClusterRole bound to ``user`` (cluster-wide, or
+    in ``namespace``), in the bindings' order."""
+    rules: list[dict[str, Any]] = []
+    for binding in bindings:
+        binding_ns = binding.get("metadata", {}).get("namespace", "")
+        if binding_ns and binding_ns != namespace:
+            continue
+        if not any(_subject_matches(s, user, binding_ns) for s in binding.get("subjects") or []):
+            continue
+        ref = binding.get("roleRef") or {}
+        role = role_lookup(ref.get("kind", ""), binding_ns, ref.get("name", ""))
+        rules.extend((role or {}).get("rules") or [])
+    return rules
 
 
 def _rule_allows(rule: dict[str, Any], info: RequestInfo, group: str) -> bool:
@@ -131,6 +169,12 @@ def rbac_allows(
     return granting_binding(user, info, group, bindings, role_lookup) is not None
 
 
+# What the default ClusterRole system:basic-user lets every authenticated user create.
+SELF_REVIEWS = frozenset(
+    {"selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews"}
+)
+
+
 def path_allowed(user: User, path: str, verb: str = "get") -> bool:
     """Whether the default policy lets ``user`` ``verb`` a non-resource ``path`` without
     any binding (the discovery and public-info roles only grant get)."""
@@ -148,6 +192,9 @@ def authorize(
     if "system:masters" in user.groups:
         return
     if resource is None and _path_allowed(user, info.path):
+        return
+    self_review = resource is not None and resource.plural in SELF_REVIEWS
+    if self_review and info.verb == "create" and not user.anonymous:
         return
     group = resource.group if resource else ""
     info_for_rbac = info if resource is not None else RequestInfo(info.method, info.path, "get")

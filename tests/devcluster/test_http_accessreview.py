@@ -4,6 +4,8 @@ refuses them."""
 
 from typing import Any
 
+import pytest
+
 from trainjob_devcluster import DevCluster
 
 from .conftest import Api
@@ -72,8 +74,25 @@ async def test_non_resource_url_follows_the_cluster_role(api: Api, devcluster: D
 
 
 async def test_default_policy_paths_and_masters(api: Api) -> None:
+    # The default bindings that allow a path are named as RBAC names them.
     _, body, _ = await api.call("POST", PATH, non_resource("/healthz"))
-    assert body["status"] == {"allowed": True}
+    assert body["status"] == {
+        "allowed": True,
+        "reason": 'RBAC: allowed by ClusterRoleBinding "system:discovery" of ClusterRole '
+        '"system:discovery" to Group "system:authenticated"',
+    }
+    _, body, _ = await api.call("POST", PATH, non_resource("/openid/v1/jwks"))
+    assert body["status"]["reason"] == (
+        'RBAC: allowed by ClusterRoleBinding "system:service-account-issuer-discovery" of '
+        'ClusterRole "system:service-account-issuer-discovery" to Group "system:serviceaccounts"'
+    )
+    anonymous = non_resource("/version", user="system:anonymous")
+    anonymous["spec"]["groups"] = ["system:unauthenticated"]
+    _, body, _ = await api.call("POST", PATH, anonymous)
+    assert body["status"]["reason"] == (
+        'RBAC: allowed by ClusterRoleBinding "system:public-info-viewer" of ClusterRole '
+        '"system:public-info-viewer" to Group "system:unauthenticated"'
+    )
     _, body, _ = await api.call("POST", PATH, non_resource("/healthz", "create"))
     assert body["status"] == {"allowed": False}
     review = non_resource("/anything")
@@ -142,4 +161,88 @@ async def test_a_service_account_needs_rbac_to_ask(api: Api, devcluster: DevClus
         'subjectaccessreviews.authorization.k8s.io is forbidden: User "system:serviceaccount:mon:'
         'scraper" cannot create resource "subjectaccessreviews" in API group '
         '"authorization.k8s.io" at the cluster scope'
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        PATH,
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+    ],
+)
+@pytest.mark.parametrize("method", ["GET", "DELETE", "PUT", "PATCH"])
+async def test_review_collections_answer_only_post(api: Api, path: str, method: str) -> None:
+    sent = {} if method in ("PUT", "PATCH") else None
+    kind = "application/merge-patch+json" if method == "PATCH" else "application/json"
+    code, body, _ = await api.call(method, path, sent, content_type=kind)
+    assert (code, body) == (
+        405,
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "the server does not allow this method on the requested resource",
+            "reason": "MethodNotAllowed",
+            "details": {},
+            "code": 405,
+        },
+    )
+
+
+async def test_a_self_review_answers_for_the_caller(api: Api, devcluster: DevCluster) -> None:
+    path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"namespace": "mon", "verb": "get", "resource": "pods"}},
+    }
+    code, body, _ = await api.call("POST", path, review)
+    assert (code, body["kind"], body["spec"], body["status"]) == (
+        201,
+        "SelfSubjectAccessReview",
+        review["spec"],
+        {"allowed": True},
+    )
+    # Any authenticated user may ask about itself, and gets its own answer.
+    devcluster.ensure_namespace("mon")
+    devcluster.create("serviceaccounts", {"metadata": {"name": "scraper"}}, "mon")
+    token = devcluster.request_token("mon", "scraper", [devcluster.issuer])
+    code, body, _ = await api.call("POST", path, review, token=token)
+    assert (code, body["status"]) == (201, {"allowed": False})
+    # Nothing is stored: a review is an answer, not an object.
+    assert devcluster.list("selfsubjectaccessreviews", group="authorization.k8s.io") == []
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+async def test_a_named_review_has_no_route(api: Api, method: str) -> None:
+    body = {} if method == "PUT" else None
+    code, answer, _ = await api.call(method, PATH + "/some-name", body)
+    assert (code, answer) == (
+        404,
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "the server could not find the requested resource",
+            "reason": "NotFound",
+            "details": {},
+            "code": 404,
+        },
+    )
+
+
+async def test_anonymous_callers_may_not_review_themselves(api: Api) -> None:
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    path = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+    code, body, _ = await api.call("POST", path, review, token=None)
+    assert (code, body["reason"], body["message"]) == (
+        403,
+        "Forbidden",
+        'selfsubjectreviews.authentication.k8s.io is forbidden: User "system:anonymous" cannot '
+        'create resource "selfsubjectreviews" in API group "authentication.k8s.io" at the '
+        "cluster scope",
     )
