@@ -1,6 +1,7 @@
-"""Over the API budget, against the devcluster: a final update jumps the queue, a
-TrainJob that turns Complete while dirty does too, a final update is written even when
-a newer one follows it; and the budget advisor's log line and gauges."""
+"""Over the API budget, against the devcluster and the real control plane: a final
+update jumps the queue, a TrainJob that turns Complete while dirty does too, a final
+update is written even when a newer one follows it (and before it when its write fails:
+faults, devcluster only); and the budget advisor's log line and gauges."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from prometheus_client import REGISTRY
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.realcluster import RealCluster
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 from trainjob_status_server.kube.store import CacheEvent
@@ -60,11 +63,11 @@ class Written:
 
 @pytest_asyncio.fixture
 async def over_budget(
-    config: Config, certs: ServingCerts, devcluster: DevCluster
+    config: Config, certs: ServingCerts, kube_api: KubeAPI
 ) -> AsyncIterator[tuple[Poster, Written]]:
     """The server with a budget of one write a second (one at once), eight TrainJobs."""
     for name in NAMES:
-        devcluster.create_trainjob(NS, name)
+        kube_api.create_trainjob(NS, name)
     changed = with_changes(config, kube_api_qps=1.0, kube_api_burst=1, min_write_interval=1.0)
     async with StatusServer(changed, AcceptAll()) as server:
         await server.trainjobs.synced.wait()
@@ -87,6 +90,7 @@ async def post(poster: Poster, name: str, progress: int, at: float) -> None:
     assert code == 200, answer
 
 
+@on_both_servers
 async def test_a_final_update_jumps_the_queue(over_budget: tuple[Poster, Written]) -> None:
     poster, written = over_budget
     finals = sample("trainjob_status_write_freshness_by_class_seconds_count", {"class": "final"})
@@ -105,6 +109,7 @@ async def test_a_final_update_jumps_the_queue(over_budget: tuple[Poster, Written
     assert sample("trainjob_status_pending_writes_by_class", {"class": "progress"}) == 0
 
 
+@on_both_servers
 async def test_a_final_update_is_written_before_the_newer_one_behind_it(
     over_budget: tuple[Poster, Written],
 ) -> None:
@@ -136,23 +141,38 @@ async def test_a_final_update_whose_write_fails_is_retried_before_the_newer_one(
     assert written.progress_of(name) == [100, 98]
 
 
+@on_both_servers
 async def test_a_trainjob_that_turns_complete_while_dirty_jumps_the_queue(
-    over_budget: tuple[Poster, Written], devcluster: DevCluster
+    over_budget: tuple[Poster, Written], kube_api: KubeAPI
 ) -> None:
     poster, written = over_budget
     done = NAMES[-1]
     for name in NAMES:
         await post(poster, name, 10, at=1)
-    complete = {"type": "Complete", "status": "True", "lastTransitionTime": devcluster.now()}
-    set_conditions(devcluster, done, complete)
+    complete = {
+        "type": "Complete",
+        "status": "True",
+        "reason": "JobsCompleted",
+        "message": "jobs completed",
+        "lastTransitionTime": kube_api.now(),
+    }
+    set_conditions(kube_api, done, complete)
     while not ((poster.server.trainjobs.get(NS, done) or {}).get("status") or {}).get("conditions"):
         await asyncio.sleep(0.01)
     await poster.server.writer.wait_idle()
     assert written.names().index(done) < 3, written.events
 
 
-def set_conditions(cluster: DevCluster, name: str, *conditions: dict[str, str]) -> None:
+def set_conditions(cluster: KubeAPI, name: str, *conditions: dict[str, str]) -> None:
     """What the Trainer's controller does: write ``status.conditions``."""
+    if isinstance(cluster, RealCluster):
+        cluster.call(
+            "PATCH",
+            cluster.path("trainjobs", NS, name, GROUP) + "/status",
+            {"status": {"conditions": list(conditions)}},
+            content_type="application/merge-patch+json",
+        )
+        return
     qualified = cluster.resource("trainjobs", GROUP).qualified
     old = cluster.store.get(qualified, NS, name)
     assert old is not None
