@@ -272,3 +272,9 @@ def test_the_server_passes_its_target_freshness_to_the_writer(config: Config) ->
     server = StatusServer(with_changes(config, target_freshness=30.0), AcceptAll())
     assert isinstance(server.writer, CoalescingWriter)
     assert server.writer.advisor.target_freshness == 30.0
+
+
+def test_a_target_freshness_must_be_positive_and_is_unset_by_default() -> None:
+    assert Config().target_freshness is None
+    assert "--target-freshness must be > 0" in Config(target_freshness=0.0).check()
+    assert not any("target-freshness" in p for p in Config(target_freshness=0.5).check())
