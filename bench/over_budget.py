@@ -20,10 +20,12 @@ Printed per scenario and server: the fair round R = trainjobs / Q; final updates
 share visible, p50, p99 and max; ordinary posts' p50, p99 and max, also in rounds;
 status writes per second during the window. ``--against CHECKOUT`` runs the same scenarios with another
 checkout's server (for example a worktree of the commit before the priority classes) in
-the same run, one after the other. Asserts nothing. Usage:
+the same run, one after the other (``--rounds N``: N times, the order reversed every other
+round, so that neither always runs first). Asserts nothing. Usage:
 
     .venv/bin/python bench/over_budget.py [--trainjobs 1000] [--interval 5] [--qps 20,5]
-        [--seconds 300] [--finals 0.1] [--settle-rounds 2.5] [--against CHECKOUT] [--smoke]
+        [--seconds 300] [--finals 0.1] [--settle-rounds 2.5] [--against CHECKOUT]
+        [--rounds 1] [--smoke]
 """
 
 from __future__ import annotations
@@ -239,6 +241,12 @@ def main() -> None:
         "--settle-rounds", type=float, default=2.5, help="rounds waited after the window"
     )
     parser.add_argument("--against", type=Path, help="another checkout, run the same way")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="runs of every scenario, the servers' order reversed every other round",
+    )
     parser.add_argument("--child-qps", type=float, help=argparse.SUPPRESS)
     args = parse_args(
         parser,
@@ -249,6 +257,7 @@ def main() -> None:
             "seconds": 3.0,
             "finals": 0.2,
             "settle_rounds": 0.2,
+            "rounds": 1,
         },
     )
     if args.child_qps is not None:
@@ -268,20 +277,25 @@ def main() -> None:
         "   ordinary p50  ordinary p99  ordinary max  p99/R  max/R  writes/s"
     )
     print(header)
-    for qps in (float(q) for q in args.qps.split(",")):
-        for label, checkout in servers:
-            r = run_child(args, qps, checkout)
-            over = args.trainjobs / args.interval / qps
-            fair = r["fair_round"]
-            print(
-                f"{label:<12} {qps:>4g} {over:>4.0f}x {fair:>7.1f} s {r['final_n']:>9}"
-                f" {r['final_visible']:>8.0%} {seconds(r['final_p50']):>10}"
-                f" {seconds(r['final_p99']):>10} {seconds(r['final_max']):>10}"
-                f" {seconds(r['ordinary_p50']):>14} {seconds(r['ordinary_p99']):>13}"
-                f" {seconds(r['ordinary_max']):>13} {r['ordinary_p99'] / fair:>6.2f}"
-                f" {r['ordinary_max'] / fair:>6.2f} {r['writes_per_s']:>9.2f}",
-                flush=True,
-            )
+    runs = [
+        (float(qps), server)
+        for qps in args.qps.split(",")
+        for turn in range(args.rounds)
+        for server in (servers if turn % 2 == 0 else servers[::-1])
+    ]
+    for qps, (label, checkout) in runs:
+        r = run_child(args, qps, checkout)
+        over = args.trainjobs / args.interval / qps
+        fair = r["fair_round"]
+        print(
+            f"{label:<12} {qps:>4g} {over:>4.0f}x {fair:>7.1f} s {r['final_n']:>9}"
+            f" {r['final_visible']:>8.0%} {seconds(r['final_p50']):>10}"
+            f" {seconds(r['final_p99']):>10} {seconds(r['final_max']):>10}"
+            f" {seconds(r['ordinary_p50']):>14} {seconds(r['ordinary_p99']):>13}"
+            f" {seconds(r['ordinary_max']):>13} {r['ordinary_p99'] / fair:>6.2f}"
+            f" {r['ordinary_max'] / fair:>6.2f} {r['writes_per_s']:>9.2f}",
+            flush=True,
+        )
     print(f"# load average after: {loadavg()}")
 
 
