@@ -115,6 +115,7 @@ class StatusServer:
                 self.trainjobs,
                 min_interval=config.min_write_interval,
                 concurrency=writes_in_flight(config.kube_api_burst),
+                target_freshness=config.target_freshness,
             )
         )
         self.endpoint = StatusEndpoint(

@@ -52,6 +52,8 @@ class Config:
     write_mode: str = "coalesce"
     min_write_interval: float = 1.0
     drain_timeout: float = 10.0
+    # Unset: the budget advice says when demand exceeds the budget, without a QPS.
+    target_freshness: float | None = None
     max_exported_series: int = 100_000
     max_metric_names_per_trainjob: int = 512
     log_level: str = "info"
@@ -128,6 +130,8 @@ class Config:
                 problems.append(f"--kube-{budget}-qps must be > 0 and --kube-{budget}-burst >= 1")
         if self.min_write_interval < 0 or self.drain_timeout < 0:
             problems.append("--min-write-interval and --drain-timeout must be >= 0")
+        if self.target_freshness is not None and self.target_freshness <= 0:
+            problems.append("--target-freshness must be > 0")
         for name in (
             "kube_api_timeout",
             "read_timeout",
@@ -293,6 +297,13 @@ _FLAGS = (
     ),
     _Flag("min_write_interval", float, "seconds between two status writes of one TrainJob"),
     _Flag("drain_timeout", float, "seconds pending updates get to be written on SIGTERM"),
+    _Flag(
+        "target_freshness",
+        float,
+        "seconds from post to visible status you want; when a minute's write demand exceeds"
+        " --kube-api-qps the server logs (once) and exports the --kube-api-qps that would"
+        " meet it (trainjob_status_advised_kube_api_qps); unset: no QPS advised",
+    ),
     _Flag(
         "max_exported_series",
         int,

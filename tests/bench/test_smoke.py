@@ -148,6 +148,13 @@ BENCHES = [
         args=("--only", "client"),
     ),
     Bench(
+        "over_budget",
+        (
+            rf"^# {NUMBER} TrainJobs posting every {NUMBER} s \({NUMBER} writes/s of demand\)",
+            rf"^ours\s+{NUMBER}\s+{NUMBER}x\s+{NUMBER} s\s+{NUMBER}\s+{NUMBER}%",
+        ),
+    ),
+    Bench(
         "ingest_accept",
         (
             rf"^round 1: bare aiohttp handler on asyncio\s+{NUMBER} posts/s",

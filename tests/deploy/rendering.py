@@ -47,6 +47,7 @@ EXTRA_COMPONENTS = {
     "override-existing": MANIFESTS / "components" / "override-existing",
     "secure-metrics": MANIFESTS / "components" / "secure-metrics",
     "metrics-token-secret": MANIFESTS / "components" / "metrics-token-secret",
+    "api-priority": MANIFESTS / "components" / "api-priority",
 }
 NAMESPACE_REFERENCES = MANIFESTS / "namespace-references"
 SCRAPE_SETTINGS = MANIFESTS / "scrape-settings"

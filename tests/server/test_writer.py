@@ -21,7 +21,7 @@ from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 from trainjob_status_server.status.coalescing import (
     FirstSeen,
-    Schedule,
+    UpdateClass,
     is_stale,
     newer_object,
     ordering_time,
@@ -30,6 +30,7 @@ from trainjob_status_server.status.coalescing import (
     supersedes,
     writes_in_flight,
 )
+from trainjob_status_server.status.priority import PrioritySchedule
 from trainjob_status_server.status.validation import EncodedStatus
 from trainjob_status_server.status.writer import CoalescingWriter
 
@@ -343,20 +344,21 @@ def test_retry_delay_backs_off_with_jitter_and_honours_retry_after() -> None:
 
 
 def test_schedule_serves_the_earliest_and_keeps_a_dirty_places() -> None:
-    schedule = Schedule()
-    schedule.push(("ns", "b"), 2.0)
-    schedule.push(("ns", "a"), 1.0)
-    schedule.push(("ns", "c"), 1.0)
-    schedule.push(("ns", "a"), 0.0)  # already scheduled: keeps its slot
+    schedule = PrioritySchedule()
+    routine = UpdateClass.ROUTINE
+    schedule.push(("ns", "b"), 2.0, routine, 0.0)
+    schedule.push(("ns", "a"), 1.0, routine, 0.0)
+    schedule.push(("ns", "c"), 1.0, routine, 0.1)
+    schedule.push(("ns", "a"), 0.0, routine, 0.0)  # already scheduled: keeps its slot
     assert len(schedule) == 3
-    assert schedule.pop_ready(0.5) is None
+    assert schedule.pop_ready(0.5, 60.0) is None
     assert schedule.next_time() == 1.0
-    assert schedule.pop_ready(1.0) == ("ns", "a")
-    assert schedule.pop_ready(1.0) == ("ns", "c")
-    assert schedule.pop_ready(1.5) is None
+    assert schedule.pop_ready(1.0, 60.0) == ("ns", "a")
+    assert schedule.pop_ready(1.0, 60.0) == ("ns", "c")
+    assert schedule.pop_ready(1.5, 60.0) is None
     schedule.discard(("ns", "b"))
     assert schedule.next_time() is None
-    assert schedule.pop_ready(10.0) is None
+    assert schedule.pop_ready(10.0, 60.0) is None
 
 
 def test_every_drop_reason_is_exported_from_the_start() -> None:

@@ -64,6 +64,40 @@ WRITE_FRESHNESS = Histogram(
     "Time from a post's acceptance to its update being written.",
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
 )
+# By the class the writer served an update in (status/priority.py): final, progress,
+# routine. Over budget the classes' freshness differs by design, so each has its own.
+WRITE_CLASSES = ("final", "progress", "routine")
+PENDING_BY_CLASS = Gauge(
+    "trainjob_status_pending_writes_by_class",
+    "TrainJobs waiting for their turn to be written, by the class of their update: final"
+    " (reaches 100% or first after Complete/Failed/Suspended), progress (progress changed),"
+    " routine (the rest).",
+    ["class"],
+)
+WRITE_FRESHNESS_BY_CLASS = Histogram(
+    "trainjob_status_write_freshness_by_class_seconds",
+    "Time from a post's acceptance to its update being written, by the class it was"
+    " written in (final, progress, routine).",
+    ["class"],
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600),
+)
+for _class in WRITE_CLASSES:
+    PENDING_BY_CLASS.labels(_class)
+    WRITE_FRESHNESS_BY_CLASS.labels(_class)
+WRITE_DEMAND = Gauge(
+    "trainjob_status_write_demand_per_second",
+    "Status writes the last minute's posts needed (one per TrainJob per"
+    " --min-write-interval at most), per second.",
+)
+WRITE_BUDGET_EXCEEDED = Gauge(
+    "trainjob_status_write_budget_exceeded",
+    "1 while the last minute's write demand exceeded --kube-api-qps, else 0.",
+)
+ADVISED_QPS = Gauge(
+    "trainjob_status_advised_kube_api_qps",
+    "The --kube-api-qps that the last minute's demand needs for --target-freshness"
+    " (docs/scaling.md's model); 0 while --target-freshness is unset.",
+)
 METRIC_VALUES_SKIPPED = Counter(
     "trainjob_status_metric_values_skipped", "Metric values not exported: not a finite number."
 )

@@ -8,15 +8,27 @@ TrainJobs are served in the order they became dirty, each no sooner than its own
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
+from enum import IntEnum
 from typing import Any
 
 from .validation import EncodedStatus
 
 Key = tuple[str, str]
+
+
+class UpdateClass(IntEnum):
+    """What an update is served as over the API budget, in the order classes are served
+    (``priority.py`` says which is which); ``label`` names it in metrics."""
+
+    FINAL = 0
+    PROGRESS = 1
+    ROUTINE = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
 
 
 @dataclass
@@ -26,6 +38,7 @@ class Pending:
     update: EncodedStatus
     accepted_at: float  # monotonic time the post carrying ``update`` was accepted
     attempts: int = 0  # failed writes of this update so far
+    klass: UpdateClass = UpdateClass.ROUTINE  # what it is served as over budget
 
 
 def ordering_time(last_updated: datetime, seen: datetime) -> datetime:
@@ -139,58 +152,3 @@ def retry_delay(attempts: int, retry_after: float | None, rand: float) -> float:
     ceiling = min(30.0, 0.5 * 2.0 ** max(0, attempts - 1))
     jittered = ceiling / 2 + rand * ceiling / 2
     return max(jittered, min(retry_after or 0.0, 300.0))
-
-
-@dataclass(order=True)
-class _Slot:
-    ready_at: float
-    seq: int
-    key: Key = field(compare=False)
-
-
-class Schedule:
-    """Which dirty TrainJob to write next: the earliest ready, ties in dirtying order.
-
-    Entries are invalidated lazily: a key's live slot is the last one pushed for it.
-    """
-
-    def __init__(self) -> None:
-        self._heap: list[_Slot] = []
-        self._live: dict[Key, int] = {}
-        self._seq = itertools.count()
-
-    def __len__(self) -> int:
-        return len(self._live)
-
-    def __contains__(self, key: Key) -> bool:
-        return key in self._live
-
-    def push(self, key: Key, ready_at: float) -> None:
-        """Schedule ``key`` at ``ready_at`` unless it is scheduled already: a newer update
-        for a dirty TrainJob keeps its place (and its minimum interval or retry delay)."""
-        if key in self._live:
-            return
-        seq = next(self._seq)
-        self._live[key] = seq
-        heapq.heappush(self._heap, _Slot(ready_at, seq, key))
-
-    def discard(self, key: Key) -> None:
-        self._live.pop(key, None)
-
-    def _prune(self) -> None:
-        while self._heap and self._live.get(self._heap[0].key) != self._heap[0].seq:
-            heapq.heappop(self._heap)
-
-    def pop_ready(self, now: float) -> Key | None:
-        """The next key whose time has come, removed from the schedule; None if none."""
-        self._prune()
-        if not self._heap or self._heap[0].ready_at > now:
-            return None
-        slot = heapq.heappop(self._heap)
-        del self._live[slot.key]
-        return slot.key
-
-    def next_time(self) -> float | None:
-        """When the earliest scheduled key becomes ready (None: nothing scheduled)."""
-        self._prune()
-        return self._heap[0].ready_at if self._heap else None

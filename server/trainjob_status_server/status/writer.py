@@ -5,7 +5,10 @@ pending update per TrainJob (the newest wins), at most one write in flight per T
 writes conditioned on the resourceVersion they were decided on so status never moves
 back in time (also across replicas; by ``coalescing.ordering_time``, so a stamp from a
 fast clock cannot hold back the updates after it), retries while the update is still the
-newest, and a drain on shutdown. Decisions live in ``coalescing.py``.
+newest, and a drain on shutdown. Over the API budget the next write goes to the most
+awaited update (final, then progress, then routine, none starved: ``priority.py``), chosen
+when the budget has a token for it; a final update is written even when a newer one
+follows it. Decisions live in ``coalescing.py``, ``priority.py`` and ``advice.py``.
 
 ``DirectWriter``: one server-side apply per post, answered with the write's outcome, as
 the peer does; the benchmarks' baseline (``--write-mode direct``).
@@ -29,16 +32,19 @@ from ..kube.resources import Obj
 from ..kube.store import CacheEvent
 from ..kube.views import written_view
 from ..metrics import selfmetrics
+from .advice import WINDOW_SECONDS
+from .advisor import BudgetAdvisor
 from .coalescing import (
     FirstSeen,
     Key,
     Pending,
-    Schedule,
+    UpdateClass,
     is_stale,
     newer_object,
     retry_delay,
     supersedes,
 )
+from .priority import PrioritySchedule, classify, fair_round, is_final, turned_terminal
 from .validation import EncodedStatus
 
 log = logging.getLogger(__name__)
@@ -110,6 +116,8 @@ class CoalescingWriter:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], dt.datetime] = _utc_now,
         rand: Callable[[], float] = random.random,
+        target_freshness: float | None = None,
+        advice_window: float = WINDOW_SECONDS,
     ) -> None:
         self.kube = kube
         self.trainjobs = trainjobs
@@ -119,12 +127,19 @@ class CoalescingWriter:
         self.wall_clock = wall_clock
         self.rand = rand
         self._pending: dict[Key, Pending] = {}
+        # A newer update behind a final one, written after it (a final is never replaced).
+        self._following: dict[Key, Pending] = {}
         self._in_flight: set[Key] = set()
         self._last_start: dict[Key, float] = {}
         # Views of what our own writes returned, until the cache shows them.
         self._written: dict[Key, Obj] = {}
         self._first_seen = FirstSeen()
-        self._schedule = Schedule()
+        self._schedule = PrioritySchedule()
+        self._dirty_since: dict[Key, float] = {}
+        # Turned Complete, Failed or Suspended since our last write: the next is final.
+        self._after_terminal: set[Key] = set()
+        self.advisor = BudgetAdvisor(min_interval, target_freshness, advice_window)
+        self._advising: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._settled = asyncio.Event()
         self._settled.set()
@@ -140,23 +155,60 @@ class CoalescingWriter:
 
     def submit(self, key: Key, update: EncodedStatus) -> None:
         now = self.clock()
-        held = self._pending.get(key)
-        if held is not None:
-            if supersedes(update, held.update):
-                self._pending[key] = Pending(update, now)
+        self.advisor.saw(key, now)
+        behind = self._following.get(key)
+        if behind is not None:
+            # A final update is pending or in flight ahead of it: the newest waits behind.
+            if supersedes(update, behind.update):
+                self._following[key] = Pending(update, now)
                 selfmetrics.UPDATES_COALESCED.inc()
             else:
                 selfmetrics.UPDATES_DROPPED.labels("stale").inc()
             return
-        if is_stale(update, self._stored_order(key, self._stored(key))):
+        held = self._pending.get(key)
+        if held is not None:
+            if supersedes(update, held.update):
+                self._replace(key, held, Pending(update, now))
+            else:
+                selfmetrics.UPDATES_DROPPED.labels("stale").inc()
+            return
+        stored = self._stored(key)
+        if is_stale(update, self._stored_order(key, stored)):
             selfmetrics.UPDATES_DROPPED.labels("stale").inc()
             return
-        self._pending[key] = Pending(update, now)
+        self._pending[key] = Pending(update, now, klass=self._classify(key, update, stored))
+        self._dirty_since.setdefault(key, now)
         self._settled.clear()
         selfmetrics.PENDING_WRITES.set(len(self._pending))
         if key not in self._in_flight:
-            self._schedule.push(key, self._ready_at(key, now))
+            self._push(key, now)
             self._wake.set()
+
+    def _replace(self, key: Key, held: Pending, newer: Pending) -> None:
+        """``newer`` supersedes the pending ``held``: it takes its place, unless ``held``
+        is final and ``newer`` is not, in which case ``newer`` waits behind it."""
+        if is_final(held.update) and not is_final(newer.update):
+            self._following[key] = newer
+            return
+        selfmetrics.UPDATES_COALESCED.inc()
+        newer.klass = held.klass
+        if held.klass is not UpdateClass.FINAL:
+            newer.klass = min(held.klass, self._classify(key, newer.update, self._stored(key)))
+            self._schedule.promote(key, newer.klass)
+        self._pending[key] = newer
+
+    def _classify(self, key: Key, update: EncodedStatus, stored: Obj | None) -> UpdateClass:
+        return classify(update, stored, key in self._after_terminal)
+
+    def _push(self, key: Key, now: float) -> None:
+        pending = self._pending[key]
+        since = self._dirty_since.get(key, now)
+        self._schedule.push(key, self._ready_at(key, now), pending.klass, since)
+        self._count_classes()
+
+    def _count_classes(self) -> None:
+        for klass, count in self._schedule.counts().items():
+            selfmetrics.PENDING_BY_CLASS.labels(klass.label).set(count)
 
     def _ready_at(self, key: Key, now: float) -> float:
         if self._draining:
@@ -184,37 +236,58 @@ class CoalescingWriter:
 
     # -- writing -----------------------------------------------------------------------
 
+    def _overdue_after(self) -> float:
+        """The fair round now: every dirty TrainJob written once at the budget's rate."""
+        dirty = len(self._pending) + len(self._in_flight)
+        return fair_round(dirty, self.kube.budget.rate)
+
     async def _dispatch(self) -> None:
         while True:
             now = self.clock()
             key = None
-            if len(self._in_flight) < self.concurrency:
-                key = self._schedule.pop_ready(now)
+            # A write is chosen only when the budget has its token: choosing ahead and
+            # queueing in the bucket would make a final update wait behind the queue.
+            token_in = self.kube.budget.delay()
+            if len(self._in_flight) < self.concurrency and token_in <= 0:
+                key = self._schedule.pop_ready(now, self._overdue_after())
+                self._count_classes()
             if key is None:
                 self._wake.clear()
                 wake_at = self._schedule.next_time()
                 if wake_at is None or len(self._in_flight) >= self.concurrency:
                     await self._wake.wait()
                 else:
+                    timeout = max(0.0, wake_at - now, token_in)
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), max(0.0, wake_at - now))
+                        await asyncio.wait_for(self._wake.wait(), timeout)
                 continue
             pending = self._pending.pop(key, None)
             if pending is None:
                 continue
+            self._dirty_since.pop(key, None)
             self._in_flight.add(key)
             self._last_start[key] = now
             task = asyncio.create_task(self._write_one(key, pending), name=f"write {key}")
             self._tasks.add(task)
             task.add_done_callback(lambda t, k=key: self._finished(t, k))  # type: ignore[misc]
+            # Let the write take its token before the next choice looks at the budget.
+            await asyncio.sleep(0)
 
     def _finished(self, task: asyncio.Task[None], key: Key) -> None:
         self._tasks.discard(task)
         self._in_flight.discard(key)
         if not task.cancelled() and task.exception() is not None:
             log.error("status write failed", exc_info=task.exception())
+        # What waited behind a final update goes next, unless the final one is pending
+        # again (its write failed and is retried first).
+        if key in self._following and key not in self._pending:
+            following = self._following.pop(key)
+            self._pending[key] = following
+            following.klass = self._classify(key, following.update, self._stored(key))
         if key in self._pending:
-            self._schedule.push(key, self._ready_at(key, self.clock()))
+            now = self.clock()
+            self._dirty_since.setdefault(key, now)
+            self._push(key, now)
         selfmetrics.PENDING_WRITES.set(len(self._pending))
         if not self._pending and not self._in_flight:
             self._settled.set()
@@ -252,7 +325,10 @@ class CoalescingWriter:
             return
         selfmetrics.API_WRITE_DURATION.observe(self.clock() - started)
         selfmetrics.API_WRITES.labels("ok").inc()
-        selfmetrics.WRITE_FRESHNESS.observe(self.clock() - pending.accepted_at)
+        fresh = self.clock() - pending.accepted_at
+        selfmetrics.WRITE_FRESHNESS.observe(fresh)
+        selfmetrics.WRITE_FRESHNESS_BY_CLASS.labels(pending.klass.label).observe(fresh)
+        self._after_terminal.discard(key)
         # What was written orders from when its post was received, not from now.
         self._first_seen.saw(key, written, pending.update.received)
         self._remember(key, written)
@@ -292,15 +368,22 @@ class CoalescingWriter:
             self._retry(key, pending, exc.retry_after if exc.status == 429 else None)
 
     def _retry(self, key: Key, pending: Pending, delay: float | None) -> None:
-        """Write ``pending`` again later, unless a newer update arrived meanwhile."""
-        if key in self._pending:
-            selfmetrics.UPDATES_COALESCED.inc()
-            return
+        """Write ``pending`` again later, unless a newer update arrived meanwhile (and
+        it is not a final update that the newer one is not)."""
+        newer = self._pending.get(key)
+        if newer is not None:
+            if not (is_final(pending.update) and not is_final(newer.update)):
+                selfmetrics.UPDATES_COALESCED.inc()
+                return
+            self._following[key] = newer  # the final goes first
         pending.attempts += 1
         if delay is None or delay > 0:
             delay = retry_delay(pending.attempts, delay, self.rand())
+        now = self.clock()
         self._pending[key] = pending
-        self._schedule.push(key, self.clock() + delay)
+        self._dirty_since.setdefault(key, pending.accepted_at)
+        self._schedule.push(key, now + delay, pending.klass, self._dirty_since[key])
+        self._count_classes()
 
     def _drop(self, key: Key, reason: str) -> None:
         selfmetrics.UPDATES_DROPPED.labels(reason).inc()
@@ -308,6 +391,8 @@ class CoalescingWriter:
 
     def _forget(self, key: Key) -> None:
         self._written.pop(key, None)
+        self._following.pop(key, None)
+        self._after_terminal.discard(key)
         self._last_start.pop(key, None)
         self._first_seen.forget(key)
 
@@ -316,6 +401,13 @@ class CoalescingWriter:
             self._forget(event.key)
             return
         self._first_seen.saw(event.key, event.new, self.wall_clock())
+        if turned_terminal(event.old, event.new):
+            self._after_terminal.add(event.key)
+            pending = self._pending.get(event.key)
+            if pending is not None:
+                pending.klass = UpdateClass.FINAL
+                self._schedule.promote(event.key, UpdateClass.FINAL)
+                self._count_classes()
         written = self._written.get(event.key)
         if written is not None and newer_object(event.new, written) is event.new:
             del self._written[event.key]  # the cache has caught up with our write
@@ -330,6 +422,12 @@ class CoalescingWriter:
             meta = obj.get("metadata") or {}
             self._first_seen.saw((meta.get("namespace", ""), meta.get("name", "")), obj, now)
         self._dispatcher = asyncio.create_task(self._dispatch(), name="status-writer")
+        self._advising = asyncio.create_task(self._advise(), name="status-writer-advice")
+
+    async def _advise(self) -> None:
+        while True:
+            await asyncio.sleep(self.advisor.meter.window / 4)
+            self.advisor.check(self.clock(), self.kube.budget.rate)
 
     async def stop(self, drain_seconds: float) -> None:
         """Write what is pending (minimum intervals waived, retries kept) for at most
@@ -338,7 +436,9 @@ class CoalescingWriter:
         for key in list(self._pending):
             if key not in self._in_flight:
                 self._schedule.discard(key)
-                self._schedule.push(key, self.clock())
+                pending = self._pending[key]
+                since = self._dirty_since.get(key, pending.accepted_at)
+                self._schedule.push(key, self.clock(), pending.klass, since)
         self._wake.set()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._settled.wait(), drain_seconds)
@@ -346,9 +446,10 @@ class CoalescingWriter:
         if left:
             log.warning("shutdown left updates unwritten", extra={"trainjobs": left})
             selfmetrics.UPDATES_DROPPED.labels("shutdown").inc(left)
-        tasks = [t for t in (self._dispatcher, *self._tasks) if t is not None]
+        tasks = [t for t in (self._dispatcher, self._advising, *self._tasks) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.trainjobs.remove_listener(self._on_trainjob)
         self._dispatcher = None
+        self._advising = None

@@ -1,0 +1,230 @@
+"""Which dirty TrainJob the coalescing writer writes next when the API budget cannot
+write them all at once (pure: no I/O, no clock; times are passed in).
+
+Three classes, served in this order, oldest first within each (by when the TrainJob
+became dirty):
+
+- ``final``: an update that reaches ``progressPercentage: 100``, or the first update
+  after the TrainJob turned Complete, Failed or Suspended: what ``kubectl get``, the SDK's
+  ``wait_for_job_status`` and anything reading a finished job's metrics wait for;
+- ``progress``: an update whose ``progressPercentage`` differs from the stored one;
+- ``routine``: the rest (metrics ticks, ETA).
+
+No starvation: a ``progress`` or ``routine`` TrainJob dirty for longer than the fair
+round (every dirty TrainJob written once: ``fair_round``) is overdue, and overdue ones
+are served before the other non-final ones, oldest first. So, final updates aside (one
+per TrainJob's life), a TrainJob waits at most about two rounds: one to become overdue,
+one behind the overdue TrainJobs dirty before it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .coalescing import Key, UpdateClass
+from .validation import EncodedStatus
+
+__all__ = [
+    "PrioritySchedule",
+    "UpdateClass",
+    "classify",
+    "fair_round",
+    "is_final",
+    "progress_of",
+    "terminal_states",
+    "turned_terminal",
+]
+
+
+# Condition types after which a TrainJob's next update is its final word (the
+# controller's states; Created is not one of them).
+TERMINAL_CONDITIONS = frozenset({"Complete", "Failed", "Suspended"})
+
+# ``EncodedStatus.json`` is compact JSON whose first key, when present, is
+# progressPercentage (validation writes to_json()'s key order): read without parsing.
+_PROGRESS_HEAD = b'{"progressPercentage":'
+
+
+def progress_of(update: EncodedStatus) -> int | None:
+    """The update's ``progressPercentage`` (None when it has none)."""
+    text = update.json
+    if not text.startswith(_PROGRESS_HEAD):
+        return None
+    start = len(_PROGRESS_HEAD)
+    end = text.find(b",", start)
+    digits = text[start:end] if end != -1 else text[start:-1]
+    return int(digits) if digits.isdigit() else None
+
+
+def is_final(update: EncodedStatus) -> bool:
+    """Whether ``update`` says the training is done (100%): never coalesced away."""
+    return progress_of(update) == 100
+
+
+def stored_progress(obj: Mapping[str, Any] | None) -> int | None:
+    """The ``progressPercentage`` of a stored TrainJob's trainerStatus."""
+    status = ((obj or {}).get("status") or {}).get("trainerStatus") or {}
+    value = status.get("progressPercentage")
+    return value if isinstance(value, int) else None
+
+
+def terminal_states(obj: Mapping[str, Any] | None) -> frozenset[str]:
+    """The Complete, Failed and Suspended conditions that are True on ``obj``, a cached
+    TrainJob view (conditions as (type, status) pairs, ``kube/views.py``)."""
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or ()
+    return frozenset(
+        kind for kind, status in conditions if kind in TERMINAL_CONDITIONS and status == "True"
+    )
+
+
+def turned_terminal(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """Whether the change from ``old`` to ``new`` made the TrainJob Complete, Failed or
+    Suspended: the next update written for it is the first after that."""
+    return bool(terminal_states(new) - terminal_states(old))
+
+
+def classify(
+    update: EncodedStatus, stored: Mapping[str, Any] | None, after_terminal: bool = False
+) -> UpdateClass:
+    """The class of writing ``update`` over ``stored`` (the TrainJob as last known);
+    ``after_terminal``: nothing was written since the TrainJob turned terminal."""
+    progress = progress_of(update)
+    before = stored_progress(stored)
+    if after_terminal or (progress == 100 and before != 100):
+        return UpdateClass.FINAL
+    if progress != before:
+        return UpdateClass.PROGRESS
+    return UpdateClass.ROUTINE
+
+
+def fair_round(dirty: int, qps: float) -> float:
+    """Seconds to write each of ``dirty`` TrainJobs once at ``qps`` writes per second:
+    the wait of the last one served oldest first (docs/scaling.md, "The model")."""
+    return dirty / qps if qps > 0 else float("inf")
+
+
+@dataclass
+class _Entry:
+    seq: int
+    ready_at: float
+    klass: UpdateClass
+    dirty_since: float
+    ready: bool = False
+
+
+@dataclass(order=True)
+class _Slot:
+    at: float  # ready_at while waiting, dirty_since once ready
+    seq: int
+    key: Key = field(compare=False)
+
+
+class PrioritySchedule:
+    """The dirty TrainJobs not in flight, each waiting until its ``ready_at`` (minimum
+    interval or retry delay), then served by class, overdue first among the non-final
+    ones, oldest first. Heap entries are invalidated lazily: a key's live slot is the one
+    whose ``seq`` its entry holds."""
+
+    def __init__(self) -> None:
+        self._entries: dict[Key, _Entry] = {}
+        self._waiting: list[_Slot] = []
+        self._ready: tuple[list[_Slot], ...] = tuple([] for _ in UpdateClass)
+        self._counts = [0 for _ in UpdateClass]
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self._entries
+
+    def counts(self) -> dict[UpdateClass, int]:
+        """Scheduled TrainJobs by class."""
+        return {klass: self._counts[klass] for klass in UpdateClass}
+
+    def push(self, key: Key, ready_at: float, klass: UpdateClass, dirty_since: float) -> None:
+        """Schedule ``key`` unless it is scheduled already: a newer update for a dirty
+        TrainJob keeps its place (and its minimum interval or retry delay); ``promote``
+        raises its class."""
+        if key in self._entries:
+            return
+        entry = _Entry(next(self._seq), ready_at, klass, dirty_since)
+        self._entries[key] = entry
+        self._counts[klass] += 1
+        heapq.heappush(self._waiting, _Slot(ready_at, entry.seq, key))
+
+    def promote(self, key: Key, klass: UpdateClass) -> None:
+        """Serve ``key`` in ``klass`` if that comes before its class (never demoted)."""
+        entry = self._entries.get(key)
+        if entry is None or klass >= entry.klass:
+            return
+        self._counts[entry.klass] -= 1
+        self._counts[klass] += 1
+        entry.klass = klass
+        if entry.ready:
+            entry.seq = next(self._seq)
+            heapq.heappush(self._ready[klass], _Slot(entry.dirty_since, entry.seq, key))
+
+    def discard(self, key: Key) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._counts[entry.klass] -= 1
+
+    def _live(self, slot: _Slot) -> _Entry | None:
+        entry = self._entries.get(slot.key)
+        return entry if entry is not None and entry.seq == slot.seq else None
+
+    def _release(self, now: float) -> None:
+        """Move the keys whose time has come to their class's queue."""
+        waiting = self._waiting
+        while waiting and waiting[0].at <= now:
+            slot = heapq.heappop(waiting)
+            entry = self._live(slot)
+            if entry is not None:
+                entry.ready = True
+                heapq.heappush(
+                    self._ready[entry.klass], _Slot(entry.dirty_since, slot.seq, slot.key)
+                )
+
+    def _head(self, klass: UpdateClass) -> _Slot | None:
+        queue = self._ready[klass]
+        while queue and self._live(queue[0]) is None:
+            heapq.heappop(queue)
+        return queue[0] if queue else None
+
+    def pop_ready(self, now: float, overdue_after: float) -> Key | None:
+        """The next key to write, removed from the schedule; None if none is ready.
+        ``overdue_after``: seconds dirty after which a non-final key goes first."""
+        self._release(now)
+        chosen = self._head(UpdateClass.FINAL)
+        if chosen is None:
+            heads = [
+                head
+                for head in (self._head(UpdateClass.PROGRESS), self._head(UpdateClass.ROUTINE))
+                if head is not None
+            ]
+            oldest = min(heads, default=None)
+            if oldest is not None and now - oldest.at >= overdue_after:
+                chosen = oldest
+            elif heads:
+                chosen = heads[0]
+        if chosen is None:
+            return None
+        entry = self._entries.pop(chosen.key)
+        self._counts[entry.klass] -= 1
+        heapq.heappop(self._ready[entry.klass])
+        return chosen.key
+
+    def next_time(self) -> float | None:
+        """When the earliest scheduled key is (or was) ready; None: nothing scheduled."""
+        for klass in UpdateClass:
+            head = self._head(klass)
+            if head is not None:
+                return float("-inf")
+        while self._waiting and self._live(self._waiting[0]) is None:
+            heapq.heappop(self._waiting)
+        return self._waiting[0].at if self._waiting else None
