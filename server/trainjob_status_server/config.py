@@ -43,6 +43,7 @@ class Config:
     kube_watch_qps: float = 2.0
     kube_watch_burst: int = 10
     read_timeout: float = 10.0
+    first_request_timeout: float = 5.0
     idle_timeout: float = 120.0
     max_connections: int = 1024
     max_connections_per_ip: int = 256
@@ -131,6 +132,7 @@ class Config:
         for name in (
             "kube_api_timeout",
             "read_timeout",
+            "first_request_timeout",
             "idle_timeout",
             "write_timeout",
             "shutdown_timeout",
@@ -250,21 +252,29 @@ _FLAGS = (
     _Flag(
         "read_timeout",
         float,
-        "seconds to receive a request body; also for a new connection's TLS handshake and"
-        " first request's headers, and for each later request's headers from their first"
-        " byte (closed otherwise)",
+        "seconds to receive a request body, and each later request's headers from their"
+        " first byte (closed otherwise)",
+    ),
+    _Flag(
+        "first_request_timeout",
+        float,
+        "seconds a new connection has for its TLS handshake, then as long for its first"
+        " request's headers (closed otherwise); until they are in, it is the first to be"
+        " closed when a newcomer finds no free slot",
     ),
     _Flag("idle_timeout", float, "seconds an idle keep-alive connection stays open"),
     _Flag(
         "max_connections",
         int,
-        "open client connections at most; when all are taken the oldest idle keep-alive one is"
-        " closed to make room, and a new one is closed on arrival if none is idle",
+        "open client connections at most; when all are taken one that has not sent its first"
+        " request's headers (of the address holding the most), else the oldest idle keep-alive"
+        " one, is closed to make room; a new one is closed on arrival if none is",
     ),
     _Flag(
         "max_connections_per_ip",
         int,
-        "open connections from one source address at most (same rule as --max-connections);"
+        "open connections from one source address at most (same rule as --max-connections,"
+        " within that address);"
         " refusals are counted in trainjob_status_connections_refused_total",
     ),
     _Flag(

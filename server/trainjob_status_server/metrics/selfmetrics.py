@@ -90,14 +90,16 @@ for _reason in NAME_REFUSALS:
 CONNECTIONS_REFUSED = Counter(
     "trainjob_status_connections_refused",
     "Connections closed on arrival, by listener (serving, metrics, probes) and reason:"
-    " max_connections (no free slot, none idle) or max_connections_per_ip (the source"
-    " address holds --max-connections-per-ip, none idle).",
+    " max_connections (no free slot, none fresh or idle to close) or max_connections_per_ip"
+    " (the source address holds --max-connections-per-ip, none of them fresh or idle).",
     ["listener", "reason"],
 )
 CONNECTIONS_CLOSED = Counter(
     "trainjob_status_connections_closed",
     "Open connections the server closed, by listener and reason: header_timeout (the first"
-    " request's headers not in within --read-timeout), write_timeout (answers unread for"
-    " --write-timeout), idle_evicted (idle keep-alive closed to make room for a new one).",
+    " request's headers not in within --first-request-timeout, a later one's within"
+    " --read-timeout), write_timeout (answers unread for --write-timeout), fresh_evicted (no"
+    " first request's headers yet, closed to make room for a new one), idle_evicted (idle"
+    " keep-alive closed to make room for a new one).",
     ["listener", "reason"],
 )
