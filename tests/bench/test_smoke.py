@@ -61,6 +61,19 @@ BENCHES = [
         ),
     ),
     Bench(
+        "crowds",
+        (
+            r"^# server: --max-connections 1024, --max-connections-per-ip 256, "
+            r"--first-request-timeout 5 s",
+            *(
+                rf"^{kind}: 2 addresses x 10 connections \({NUMBER} slots held at the start\); "
+                rf"posts answered 200 within 2 s: {NUMBER}/3 \({NUMBER}%\)"
+                for kind in ("connect-only", "tls-only", "slow-headers")
+            ),
+            rf"admission reviews answered: {NUMBER}/1; crowd connections closed for newcomers",
+        ),
+    ),
+    Bench(
         "auth_verify",
         (
             rf"^server, verified-cached\s+{NUMBER} posts/s",
