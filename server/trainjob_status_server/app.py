@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import hdrs, web
 
 from .auth import Authenticator, TokenAuthenticator
+from .auth.ratelimit import SourceLimiter
 from .budgets import Budgets
 from .certificates import certs
 from .certificates.certs import CertBootstrap, CertSettings, WebhookCABundle
@@ -25,12 +26,14 @@ from .http import errors
 from .http.answering import no_server_header
 from .http.endpoint import StatusEndpoint
 from .http.listener import CappedSite, Limits
+from .http.metricsauth import REVIEWS_PER_SOURCE as METRICS_REVIEWS_PER_SOURCE
 from .http.metricsauth import MetricsGuard, VerdictCache
 from .http.serving import ServingHandler
 from .http.webhook import INJECT_PATH, InjectorSettings, JobSetSteps, PodInjector
 from .kube.cache import WatchCache
 from .kube.client import KubeClient
 from .kube.errors import KubeUnavailable
+from .kube.ratelimit import TokenBucket
 from .kube.resources import TRAINJOBS
 from .kube.views import trainjob_view
 from .metrics.exporter import Exporter
@@ -134,9 +137,15 @@ class StatusServer:
             write=self.writer.write,
             read_timeout=config.read_timeout,
         )
-        # Scrapers' tokens are checked with the token-check budget.
+        # Scrapers' tokens are checked with a budget of their own.
         self.metrics_guard = (
-            MetricsGuard(self.budgets.auth, VerdictCache(config.metrics_auth_cache_ttl))
+            MetricsGuard(
+                self.budgets.metrics,
+                VerdictCache(config.metrics_auth_cache_ttl),
+                SourceLimiter(*METRICS_REVIEWS_PER_SOURCE),
+                # A quarter of the budget: tokens renewing an approval keep the rest.
+                TokenBucket(config.kube_metrics_qps / 4, max(1, config.kube_metrics_burst // 2)),
+            )
             if config.metrics_secure
             else None
         )

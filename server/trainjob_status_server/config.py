@@ -42,6 +42,8 @@ class Config:
     kube_auth_burst: int = 5
     kube_watch_qps: float = 2.0
     kube_watch_burst: int = 10
+    kube_metrics_qps: float = 1.0
+    kube_metrics_burst: int = 4
     read_timeout: float = 10.0
     first_request_timeout: float = 5.0
     idle_timeout: float = 120.0
@@ -123,7 +125,7 @@ class Config:
             problems.append("--metrics-secure needs the serving certificate: not --insecure-http")
         if self.metrics_auth_cache_ttl < 0:
             problems.append("--metrics-auth-cache-ttl must be >= 0")
-        for budget in ("api", "auth", "watch"):
+        for budget in ("api", "auth", "watch", "metrics"):
             qps, burst = getattr(self, f"kube_{budget}_qps"), getattr(self, f"kube_{budget}_burst")
             if qps <= 0 or burst < 1:
                 problems.append(f"--kube-{budget}-qps must be > 0 and --kube-{budget}-burst >= 1")
@@ -238,8 +240,8 @@ _FLAGS = (
     _Flag(
         "kube_auth_qps",
         float,
-        "Kubernetes API requests per second for token checks (TokenReview, JWKS, pod look-ups,"
-        " and the metrics port's reviews with --metrics-secure)",
+        "Kubernetes API requests per second for the posts' token checks (TokenReview, JWKS,"
+        " pod look-ups)",
     ),
     _Flag("kube_auth_burst", int, "burst of the token-check API budget"),
     _Flag(
@@ -249,6 +251,14 @@ _FLAGS = (
         "CA distribution",
     ),
     _Flag("kube_watch_burst", int, "burst of the list/watch API budget"),
+    _Flag(
+        "kube_metrics_qps",
+        float,
+        "Kubernetes API requests per second for the metrics port's TokenReviews and"
+        " SubjectAccessReviews (--metrics-secure): a budget of their own, so scrapers, or"
+        " strangers with garbage tokens, cannot delay the posts' token checks",
+    ),
+    _Flag("kube_metrics_burst", int, "burst of the metrics-review API budget"),
     _Flag(
         "read_timeout",
         float,

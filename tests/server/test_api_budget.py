@@ -111,7 +111,7 @@ async def test_a_lane_refuses_at_once_and_sends_nothing_and_others_are_untouched
         assert devcluster.faults.count("get", "trainjobs") == before + 4
 
 
-def test_the_server_builds_three_budgets_from_its_flags() -> None:
+def test_the_server_builds_four_budgets_from_its_flags() -> None:
     config = Config(
         kube_api_qps=5,
         kube_api_burst=10,
@@ -119,15 +119,23 @@ def test_the_server_builds_three_budgets_from_its_flags() -> None:
         kube_auth_burst=5,
         kube_watch_qps=3,
         kube_watch_burst=7,
+        kube_metrics_qps=0.5,
+        kube_metrics_burst=3,
         kube_api_timeout=4.0,
     )
     budgets = Budgets.for_config(config)
+    lanes = (budgets.writes, budgets.auth, budgets.watch, budgets.metrics)
     shape = {
-        lane.budget_name: (lane.budget.rate, lane.budget.burst, lane.max_wait)
-        for lane in (budgets.writes, budgets.auth, budgets.watch)
+        lane.budget_name: (lane.budget.rate, lane.budget.burst, lane.max_wait) for lane in lanes
     }
-    assert shape == {"writes": (5, 10, 4.0), "auth": (2, 5, 4.0), "watch": (3, 7, None)}
-    assert len({id(lane.budget) for lane in (budgets.writes, budgets.auth, budgets.watch)}) == 3
+    assert shape == {
+        "writes": (5, 10, 4.0),
+        "auth": (2, 5, 4.0),
+        "watch": (3, 7, None),
+        "metrics": (0.5, 3, 4.0),
+    }
+    assert len({id(lane.budget) for lane in lanes}) == 4
+    assert (Config().kube_metrics_qps, Config().kube_metrics_burst) == (1.0, 4)
 
 
 def test_a_spent_budget_is_a_503_with_its_wait_as_retry_after() -> None:

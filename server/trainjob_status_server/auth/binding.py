@@ -196,16 +196,19 @@ class PodBinding:
     ) -> None:
         """Refuse what the pod cache alone can refuse, for a token no one has vouched
         for yet (before a TokenReview): a uid the watch saw leave, a pod the watch does
-        not show within ``grace`` seconds, the pod with that uid judged unfit. A pod the
-        cache holds with another uid passes: the cache may trail a recreation, and the
-        review and ``check`` decide. Never a request."""
+        not show with that uid within ``grace`` seconds (the cache may trail a
+        recreation by a moment: it is given that long), the pod with that uid judged
+        unfit. Never a request: a forged token naming a live pod with the wrong uid
+        costs no review."""
         if uid in self._departed:
             raise AuthFailure(judge_departed(self.pods.get(namespace, name)))
-        pod = await self.pods.wait_for(namespace, name, self.grace)
+        pod = await self.pods.wait_for(
+            namespace, name, self.grace, fits=lambda held: uid_of(held) == uid
+        )
         if pod is None:
             raise AuthFailure(failures.POD_GONE)
         if uid_of(pod) != uid:
-            return
+            raise AuthFailure(failures.POD_UID)
         self._judge(pod, uid, trainjob, now)
 
     def _judge(self, pod: Obj, uid: str, trainjob: str, now: float) -> None:
