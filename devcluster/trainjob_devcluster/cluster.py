@@ -173,18 +173,73 @@ class DevCluster:
         *,
         service_account: str = "default",
         labels: dict[str, str] | None = None,
+        owner: Obj | None = None,
     ) -> Obj:
+        """A pod; ``owner`` (an object as stored) becomes its controller reference."""
         self.ensure_namespace(namespace)
         if self.get("serviceaccounts", namespace, service_account) is None:
             self.create("serviceaccounts", {"metadata": {"name": service_account}}, namespace)
+        meta: Obj = {"name": name, "labels": labels or {}}
+        if owner is not None:
+            meta["ownerReferences"] = [controller_reference(owner)]
         body = {
-            "metadata": {"name": name, "labels": labels or {}},
+            "metadata": meta,
             "spec": {
                 "serviceAccountName": service_account,
                 "containers": [{"name": "trainer", "image": "busybox"}],
             },
         }
         return self.create("pods", body, namespace)
+
+    def create_trainjob_pod(
+        self,
+        namespace: str,
+        trainjob: str,
+        name: str,
+        *,
+        service_account: str = "default",
+        replicated_job: str = "node",
+        index: int = 0,
+    ) -> Obj:
+        """A pod of TrainJob ``trainjob`` (which must exist) made as the Trainer, JobSet
+        and Job controllers make one: owned by ``create_trainjob_job``'s Job and labelled
+        with its JobSet's name."""
+        job = self.create_trainjob_job(namespace, trainjob, replicated_job, index)
+        labels = {contract.JOBSET_NAME_LABEL: trainjob}
+        return self.create_pod(
+            namespace, name, service_account=service_account, labels=labels, owner=job
+        )
+
+    def create_trainjob_job(
+        self, namespace: str, trainjob: str, replicated_job: str = "node", index: int = 0
+    ) -> Obj:
+        """The Job ``<trainjob>-<replicated_job>-<index>`` of TrainJob ``trainjob`` (which
+        must exist) as the Trainer and JobSet controllers make it: owned by the JobSet
+        ``trainjob``, itself owned by the TrainJob; both made if missing."""
+        found = self.get(contract.RESOURCE, namespace, trainjob, contract.GROUP)
+        if found is None:
+            raise KeyError(f"trainjob {namespace}/{trainjob} not found")
+        labels = {contract.JOBSET_NAME_LABEL: trainjob}
+        jobset = self.get("jobsets", namespace, trainjob, JOBSET_GROUP)
+        if jobset is None:
+            body = {
+                "metadata": {"name": trainjob, "ownerReferences": [controller_reference(found)]},
+                "spec": {"replicatedJobs": [{"name": replicated_job}]},
+            }
+            jobset = self.create("jobsets", body, namespace, JOBSET_GROUP)
+        job_name = f"{trainjob}-{replicated_job}-{index}"
+        job = self.get("jobs", namespace, job_name, "batch")
+        if job is None:
+            job_body: Obj = {
+                "metadata": {
+                    "name": job_name,
+                    "labels": {**labels, JOBSET_STEP_LABEL: replicated_job},
+                    "ownerReferences": [controller_reference(jobset)],
+                },
+                "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+            }
+            job = self.create("jobs", job_body, namespace, "batch")
+        return job
 
     def set_pod_phase(self, namespace: str, name: str, phase: str) -> Obj:
         """What a kubelet would do: set ``status.phase`` (stored and watched)."""
@@ -254,3 +309,20 @@ class DevCluster:
 
     def now(self) -> str:
         return objects.rfc3339(self.clock())
+
+
+JOBSET_GROUP = "jobset.x-k8s.io"
+JOBSET_STEP_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+
+
+def controller_reference(owner: Obj) -> Obj:
+    """The ownerReferences entry a controller puts on what it makes of ``owner``."""
+    meta = owner["metadata"]
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }

@@ -283,7 +283,9 @@ class StatusServer:
         await self.writer.start()
         if self.token_auth is not None:
             # Returns at once; `ready` follows.
-            await self.token_auth.start(self.budgets.auth, watch=self.kube)
+            await self.token_auth.start(
+                self.budgets.auth, watch=self.kube, trainjobs=self.trainjobs
+            )
             if self.token_auth.binding is not None:
                 self.exporter.add_cache(self.token_auth.binding.pods)
         if self.tls is not None:

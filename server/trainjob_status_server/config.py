@@ -368,8 +368,9 @@ _SWITCHES = (
     ),
     (
         "require_pod_membership",
-        "the token's pod must carry jobset.sigs.k8s.io/jobset-name=<trainjob>; off, every pod "
-        "in the cluster is cached",
+        "the token's pod must carry jobset.sigs.k8s.io/jobset-name=<trainjob> and, where Jobs"
+        " and JobSets can be listed, be owned by a Job of the TrainJob's JobSet (by uid); off,"
+        " neither, and every pod in the cluster is cached",
     ),
     (
         "allow_unbound_tokens",

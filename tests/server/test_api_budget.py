@@ -319,10 +319,20 @@ async def test_nothing_a_client_without_a_valid_token_sends_reaches_the_api(
         other = mint(
             cluster, aud="trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs/x/status"
         )
-        # Start-up done: the TrainJob, pod and JobSet watches open.
+        # Start-up done: the TrainJob, pod and JobSet watches open, and the owner
+        # chain's Job and JobSet watches.
         steps = rig.server.jobset_steps
         assert steps is not None
-        await until(lambda: cluster.faults.count("watch") >= 3 and steps.jobsets.synced.is_set())
+        assert rig.auth.binding is not None
+        owners = rig.auth.binding.owners
+        assert owners is not None
+        await until(
+            lambda: (
+                cluster.faults.count("watch") >= 5
+                and steps.jobsets.synced.is_set()
+                and owners.noted == "ownership"
+            )
+        )
         # Every request the cluster serves from now on (open watches aside) is counted.
         seen = cluster.faults.stall(0.0, times=None, path=".*")
         posts = {

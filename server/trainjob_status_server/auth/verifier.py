@@ -31,6 +31,7 @@ from trainjob_status.contract import audience as audience_for
 
 from ..failures import RateLimited, Unavailable
 from ..kube.backoff import Backoff
+from ..kube.cache import WatchCache
 from ..kube.client import KubeClient
 from ..metrics.selfmetrics import AUTH_FAILURES, RATE_LIMITED
 from .authenticator import Identity
@@ -41,6 +42,7 @@ from .failures import AuthFailure
 from .issuer import DISCOVERY_PATH, discover_issuer, own_token_issuer
 from .jwks import JWKS_ACCEPT, JWKS_PATH, KeyStore
 from .keys import KeySet
+from .ownership import OwnerChain
 from .ratelimit import ServiceAccountLimiter, SourceLimiter
 from .settings import AuthSettings
 from .signature import SignatureVerifier, allowed_algorithm, header_of
@@ -122,19 +124,29 @@ class TokenAuthenticator:
             await self.keys.loaded.wait()
         await self.binding.pods.wait_synced()
 
-    async def start(self, kube: KubeClient, watch: KubeClient | None = None) -> None:
+    async def start(
+        self, kube: KubeClient, watch: KubeClient | None = None, trainjobs: WatchCache | None = None
+    ) -> None:
         """Launch issuer discovery, the JWKS refresh loop and the pod cache; returns at
         once (``ready`` tells when they have loaded). ``kube`` serves what a post may
         need asked (TokenReview, JWKS, a pod the cache lacks): give it a budget of its
         own, with a wait limit, so token checks and status writes cannot starve each
-        other. ``watch`` (default ``kube``) lists and watches the pods."""
+        other. ``watch`` (default ``kube``) lists and watches the pods. With the server's
+        TrainJob cache, ``trainjobs``, pods are bound by ownership where Jobs and JobSets
+        can be listed (``ownership.OwnerChain``); without it, by their label only."""
         if self.binding is not None:
             return
         settings = self.settings
         self.api = kube
+        owners = (
+            OwnerChain(watch if watch is not None else kube, trainjobs)
+            if trainjobs is not None and settings.require_pod_membership
+            else None
+        )
         self.binding = PodBinding(
             kube,
             watch=watch,
+            owners=owners,
             label_selector=settings.pod_selector,
             require_membership=settings.require_pod_membership,
             leeway=settings.leeway,

@@ -59,6 +59,13 @@ UPDATES_DROPPED = Counter(
 for _reason in DROP_REASONS:
     UPDATES_DROPPED.labels(_reason)  # every series exists from the start, at 0
 PENDING_WRITES = Gauge("trainjob_status_pending_writes", "TrainJobs with an update to write.")
+POD_BINDING_MODE = Gauge(
+    "trainjob_status_pod_binding_mode",
+    "1 for the way a post's pod is bound to its TrainJob now: ownership (the pod's Job,"
+    " JobSet and TrainJob by uid) or labels (the jobset-name label alone, where Jobs or"
+    " JobSets cannot be listed); 0 for the other.",
+    ["mode"],
+)
 WRITE_FRESHNESS = Histogram(
     "trainjob_status_write_freshness_seconds",
     "Time from a post's acceptance to its update being written.",
