@@ -162,3 +162,32 @@ async def test_a_source_address_may_cause_only_so_many_post_reviews(
         # A token already vouched for needs no review: the address's limit is no matter.
         assert (await rig.post(token, body=update(5)))[0] == 200
         assert reviews(cluster) == before + 2
+
+
+async def test_an_approval_is_reused_one_ttl_past_its_expiry_while_no_review_can_be_had(
+    cluster: DevCluster, config: Config, certs: ServingCerts, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trainjob_status_server.http.metricsauth")
+    prometheus = token_for(cluster, "prometheus")
+    grant_metrics_reader(cluster, "prometheus")
+    # Two calls of budget: the first approval (TokenReview, SubjectAccessReview) spends it.
+    secure = with_changes(
+        config,
+        metrics_secure=True,
+        metrics_auth_cache_ttl=1.0,
+        kube_metrics_qps=0.001,
+        kube_metrics_burst=2,
+    )
+    async with running_with_tokens(cluster, secure, certs, server_budgets=True) as rig:
+        url = rig.server.metrics_url
+        assert (await scrape(rig.session, url, prometheus))[0] == 200
+        await asyncio.sleep(1.2)  # expired, within one more TTL
+        assert (await scrape(rig.session, url, prometheus))[0] == 200
+        reused = [
+            r
+            for r in caplog.records
+            if r.getMessage() == "metrics review unavailable: the last approval reused"
+        ]
+        assert len(reused) == 1
+        await asyncio.sleep(1.0)  # past it: a budget still spent is a 503
+        assert (await scrape(rig.session, url, prometheus))[0] == 503
