@@ -88,7 +88,8 @@ class Crowd:
         for byte in head():
             writer.write(bytes([byte]))
             with contextlib.suppress(TimeoutError):
-                if not await asyncio.wait_for(reader.read(1), 0.2):
+                # A byte every half second: dripping, and light on a shared CI machine.
+                if not await asyncio.wait_for(reader.read(1), 0.5):
                     return
 
 
