@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from _harness import parse_args, processes, scrape, total
 from trainjob_devcluster.testing import BackgroundStack, ServingCerts
@@ -184,6 +185,17 @@ def run_kind(
     )
 
 
+def first_request(config: Any) -> str:
+    """The first-request deadline; a checkout from before the flag (run through
+    PYTHONPATH, to compare) had --read-timeout's."""
+    seconds = getattr(config, "first_request_timeout", None)
+    return (
+        f"{seconds:g} s"
+        if seconds is not None
+        else f"none (--read-timeout {config.read_timeout:g} s)"
+    )
+
+
 def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as work:
         certs = ServingCerts.create(Path(work))
@@ -196,10 +208,11 @@ def main(args: argparse.Namespace) -> None:
         try:
             stack.call(stack.cluster.ensure_namespace, NS)
             stack.call(stack.cluster.create_trainjob, NS, "job")
+            config = stack.server.config
             print(
-                f"# server: --max-connections {stack.server.config.max_connections}, "
-                f"--max-connections-per-ip {stack.server.config.max_connections_per_ip}, "
-                f"--first-request-timeout {stack.server.config.first_request_timeout:g} s",
+                f"# server: --max-connections {config.max_connections}, "
+                f"--max-connections-per-ip {config.max_connections_per_ip}, "
+                f"--first-request-timeout {first_request(config)}",
                 flush=True,
             )
             for kind in args.kinds.split(","):
