@@ -74,6 +74,14 @@ BENCHES = [
         ),
     ),
     Bench(
+        "review_flood",
+        (
+            rf"^flood: 2 addresses, {NUMBER} requests \(by code: .*\); TokenReviews made: {NUMBER}",
+            rf"^scrapes answered 200: {NUMBER}/{NUMBER} \(--metrics-auth-cache-ttl 1 s\)",
+            rf"^first posts of new pods \(--token-review\) answered 200: {NUMBER}/{NUMBER}, ",
+        ),
+    ),
+    Bench(
         "auth_verify",
         (
             rf"^server, verified-cached\s+{NUMBER} posts/s",
