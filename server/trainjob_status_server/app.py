@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
 
-from aiohttp import hdrs, web
+from aiohttp import web
 
 from .auth import Authenticator, TokenAuthenticator
 from .auth.ratelimit import SourceLimiter
@@ -22,7 +21,7 @@ from .certificates.certs import CertBootstrap, CertSettings, WebhookCABundle
 from .certificates.tls import ReloadingTLS
 from .config import Config
 from .failures import Unavailable
-from .http import errors
+from .http import errors, probes
 from .http.answering import no_server_header
 from .http.endpoint import StatusEndpoint
 from .http.listener import CappedSite, Limits
@@ -54,19 +53,6 @@ METRICS_CONNECTIONS = 64
 """Open connections to the metrics port: scrapers keep one each."""
 
 METRICS_CONNECTIONS_PER_IP = 16
-
-PROBE_CONNECTIONS = 64
-PROBE_CONNECTIONS_PER_IP = 4
-PROBE_FIRST_REQUEST_TIMEOUT = 1.0
-"""The probe port's own admission rule. The kubelet opens one connection per probe,
-sends its request at once and is answered from memory; every answer closes the
-connection (``Connection: close``). So a connection that holds a probe slot for more
-than a moment has not sent its request: such a connection is closed to make room for a
-newcomer (``slots.Slots``), after a second at the latest (the kubelet's default probe
-timeout; a probe not sent by then has failed anyway), and one address may hold only a
-few (liveness, readiness and startup probes may overlap). Strangers holding
-connections to the port, from any number of addresses, cannot make a probe fail;
-a NetworkPolicy in front of it is welcome but not relied on."""
 
 TRAINJOB_ABSENT_SECONDS = 10.0
 """How long a TrainJob the API server said does not exist is taken as missing without
@@ -198,14 +184,8 @@ class StatusServer:
         return app
 
     def probe_app(self) -> web.Application:
-        """The probes alone, on a port of their own: scrapers holding every metrics slot
-        cannot make the liveness probe fail."""
-        app = web.Application()
-        app.on_response_prepare.append(no_server_header)
-        app.on_response_prepare.append(_close_after)  # aiohttp's own answers (404)
-        app.router.add_get("/healthz", _closing(self._healthz))
-        app.router.add_get("/readyz", _closing(self._readyz))
-        return app
+        """The probes alone, on a port of their own (``http/probes.py``)."""
+        return probes.probe_app(self._healthz, self._readyz)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -322,9 +302,9 @@ class StatusServer:
             self._probes,
             config.probe_port,
             None,
-            (PROBE_CONNECTIONS, PROBE_CONNECTIONS_PER_IP),
+            (probes.CONNECTIONS, probes.PER_ADDRESS),
             "probes",
-            min(PROBE_FIRST_REQUEST_TIMEOUT, config.first_request_timeout),
+            min(probes.FIRST_REQUEST_TIMEOUT, config.first_request_timeout),
         )
         log.info(
             "serving",
@@ -419,25 +399,3 @@ def _url_host(host: str) -> str:
     if host in ("0.0.0.0", "::"):  # noqa: S104 - naming the wildcard, not binding it
         return "127.0.0.1"
     return f"[{host}]" if ":" in host else host
-
-
-async def _close_after(_request: web.Request, response: web.StreamResponse) -> None:
-    """The probe port's answers close their connection: the kubelet's does anyway, and a
-    connection kept open would hold a slot the port's admission rule counts on freeing.
-    aiohttp runs the hook after it has written the head's fields: the header is set here."""
-    response.force_close()
-    response.headers[hdrs.CONNECTION] = "close"
-
-
-def _closing(
-    handler: Callable[[web.BaseRequest], Awaitable[web.Response]],
-) -> Callable[[web.BaseRequest], Awaitable[web.Response]]:
-    """``handler`` with ``_close_after`` applied: ``errors.Answer`` frames its own head,
-    without the prepare hooks."""
-
-    async def closing(request: web.BaseRequest) -> web.Response:
-        response = await handler(request)
-        response.force_close()
-        return response
-
-    return closing
