@@ -263,8 +263,10 @@ class StatusServer:
         await self.writer.start()
         if self.token_auth is not None:
             # Returns at once; `ready` follows.
+            # The injector's JobSet cache serves the owner chain too: one JobSet watch.
+            jobsets = self.jobset_steps.jobsets if self.jobset_steps is not None else None
             await self.token_auth.start(
-                self.budgets.auth, watch=self.kube, trainjobs=self.trainjobs
+                self.budgets.auth, watch=self.kube, trainjobs=self.trainjobs, jobsets=jobsets
             )
             if self.token_auth.binding is not None:
                 self.exporter.add_cache(self.token_auth.binding.pods)

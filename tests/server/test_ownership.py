@@ -108,6 +108,11 @@ async def test_a_pod_labelled_into_another_trainjob_is_refused_by_ownership(
     relabel(devcluster, "intruder", {**intruder["metadata"]["labels"], JOBSET_NAME_LABEL: VICTIM})
     async with running_with_tokens(devcluster, config, certs, server_budgets=True) as rig:
         await noted(rig)
+        # One JobSet watch: the owner chain reads the injector's cache.
+        assert rig.server.jobset_steps is not None
+        assert rig.auth.binding is not None
+        assert rig.auth.binding.owners is not None
+        assert rig.auth.binding.owners.jobsets is rig.server.jobset_steps.jobsets
         for pod in ("intruder", "stray"):
             token = mint(devcluster, pod=pod, aud=audience(NS, VICTIM))
             assert await rig.refused(token, name=VICTIM) == (403, "Forbidden", "not_owned")

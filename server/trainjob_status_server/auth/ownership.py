@@ -83,14 +83,28 @@ def owned_through(
 
 class OwnerChain:
     """The Job and JobSet caches (listed and watched with ``watch``) and the judgement.
-    ``trainjobs`` is the server's TrainJob cache. ``grace`` is how long a Job or JobSet
-    the cache lacks is waited for (the watch may trail a creation)."""
+    ``trainjobs`` is the server's TrainJob cache; ``jobsets``, when given, a JobSet cache
+    that keeps each JobSet's controller and is started and stopped by its owner (the pod
+    injector's), else one of its own. ``grace`` is how long a Job or JobSet the cache
+    lacks is waited for (the watch may trail a creation)."""
 
-    def __init__(self, watch: KubeClient, trainjobs: WatchCache, *, grace: float = 1.0) -> None:
+    def __init__(
+        self,
+        watch: KubeClient,
+        trainjobs: WatchCache,
+        *,
+        jobsets: WatchCache | None = None,
+        grace: float = 1.0,
+    ) -> None:
         self.jobs = WatchCache(
             watch, JOBS, label_selector=JOBSET_NAME_LABEL, transform=owned_view, optional=True
         )
-        self.jobsets = WatchCache(watch, JOBSETS, transform=owned_view, optional=True)
+        self._own_jobsets = jobsets is None
+        self.jobsets = (
+            WatchCache(watch, JOBSETS, transform=owned_view, optional=True)
+            if jobsets is None
+            else jobsets
+        )
         self.trainjobs = trainjobs
         self.grace = grace
         self.noted: str | None = None
@@ -98,7 +112,8 @@ class OwnerChain:
 
     async def start(self) -> None:
         await self.jobs.start()
-        await self.jobsets.start()
+        if self._own_jobsets:
+            await self.jobsets.start()
         self._announce = asyncio.create_task(self._announced(), name="pod-binding-mode")
 
     async def stop(self) -> None:
@@ -107,7 +122,8 @@ class OwnerChain:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._announce
         await self.jobs.stop()
-        await self.jobsets.stop()
+        if self._own_jobsets:
+            await self.jobsets.stop()
 
     @property
     def mode(self) -> str:

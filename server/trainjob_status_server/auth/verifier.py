@@ -125,7 +125,11 @@ class TokenAuthenticator:
         await self.binding.pods.wait_synced()
 
     async def start(
-        self, kube: KubeClient, watch: KubeClient | None = None, trainjobs: WatchCache | None = None
+        self,
+        kube: KubeClient,
+        watch: KubeClient | None = None,
+        trainjobs: WatchCache | None = None,
+        jobsets: WatchCache | None = None,
     ) -> None:
         """Launch issuer discovery, the JWKS refresh loop and the pod cache; returns at
         once (``ready`` tells when they have loaded). ``kube`` serves what a post may
@@ -133,13 +137,15 @@ class TokenAuthenticator:
         own, with a wait limit, so token checks and status writes cannot starve each
         other. ``watch`` (default ``kube``) lists and watches the pods. With the server's
         TrainJob cache, ``trainjobs``, pods are bound by ownership where Jobs and JobSets
-        can be listed (``ownership.OwnerChain``); without it, by their label only."""
+        can be listed (``ownership.OwnerChain``, reading ``jobsets`` when given: a JobSet
+        cache started elsewhere whose view keeps the controller); without it, by their
+        label only."""
         if self.binding is not None:
             return
         settings = self.settings
         self.api = kube
         owners = (
-            OwnerChain(watch if watch is not None else kube, trainjobs)
+            OwnerChain(watch if watch is not None else kube, trainjobs, jobsets=jobsets)
             if trainjobs is not None and settings.require_pod_membership
             else None
         )

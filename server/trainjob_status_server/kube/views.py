@@ -116,7 +116,7 @@ def condition_pairs(items: list[Any]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _controller_reference(obj: Obj, meta: dict[str, Any]) -> None:
+def keep_controller(obj: Obj, meta: dict[str, Any]) -> None:
     """Keeps, in ``meta``, the controller entry of ``obj``'s ownerReferences (kind, name,
     uid): the link of an owner chain."""
     refs = (obj.get("metadata") or {}).get("ownerReferences")
@@ -130,7 +130,7 @@ def _controller_reference(obj: Obj, meta: dict[str, Any]) -> None:
 def owned_view(obj: Obj) -> Obj:
     """A Job or JobSet as the owner chain needs it: identity and its controller."""
     meta = _metadata(obj)
-    _controller_reference(obj, meta)
+    keep_controller(obj, meta)
     return {"metadata": meta}
 
 
@@ -138,7 +138,7 @@ def pod_view(obj: Obj, labels: tuple[str, ...]) -> Obj:
     """A pod as the token checks need it: identity, deletion, its controller and the
     ``labels`` named."""
     meta = _metadata(obj)
-    _controller_reference(obj, meta)
+    keep_controller(obj, meta)
     held = (obj.get("metadata") or {}).get("labels")
     if isinstance(held, dict):
         # Interned: the keys are the same for every pod, the values (TrainJob names)
