@@ -17,7 +17,7 @@ from trainjob_status.contract import JOBSET_NAME_LABEL, audience
 from trainjob_status_server.auth.ownership import controller_of, owned_through
 from trainjob_status_server.config import Config
 
-from .conftest import GROUP, NS, ServingCerts
+from .conftest import GROUP, NS, ServingCerts, with_changes
 from .test_auth_support import SA, Rig, add_pod, mint, relabel
 from .test_auth_support import running as running_with_tokens
 
@@ -142,3 +142,19 @@ async def test_where_jobsets_cannot_be_listed_the_label_binds_and_the_mode_says_
     assert [(r.__dict__["mode"], r.__dict__["unlisted"]) for r in noted_lines] == [
         ("labels", ["jobsets.jobset.x-k8s.io"])
     ]
+
+
+async def test_without_the_injector_the_chain_watches_jobsets_itself(
+    devcluster: DevCluster, config: Config, certs: ServingCerts
+) -> None:
+    devcluster.create_trainjob(NS, VICTIM)
+    add_pod(devcluster, "victim-node-0-0", job=VICTIM)
+    devcluster.create_pod(NS, "stray", service_account=SA, labels={JOBSET_NAME_LABEL: VICTIM})
+    alone = with_changes(config, inject_pods=False)
+    async with running_with_tokens(devcluster, alone, certs, server_budgets=True) as rig:
+        assert await noted(rig) == "ownership"
+        assert rig.server.jobset_steps is None
+        stray = mint(devcluster, pod="stray", aud=audience(NS, VICTIM))
+        assert await rig.refused(stray, name=VICTIM) == (403, "Forbidden", "not_owned")
+        genuine = mint(devcluster, pod="victim-node-0-0", aud=audience(NS, VICTIM))
+        assert (await rig.post(genuine, name=VICTIM))[0] == 200
