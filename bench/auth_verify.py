@@ -50,7 +50,7 @@ from ingest_accept import (  # type: ignore[import-not-found]  # bench/ is not a
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
 from trainjob_devcluster.testing import ServingCerts
-from trainjob_status.contract import JOBSET_NAME_LABEL, audience
+from trainjob_status.contract import audience
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth import AuthSettings, TokenAuthenticator
 from trainjob_status_server.auth.authenticator import Authenticator
@@ -130,7 +130,7 @@ async def authenticate_cost(work: Path, calls: int) -> None:
 async def cluster_process(work: Path) -> None:
     async with DevCluster() as cluster:
         cluster.create_trainjob(NS, JOB)
-        cluster.create_pod(NS, POD, service_account="trainer", labels={JOBSET_NAME_LABEL: JOB})
+        cluster.create_trainjob_pod(NS, JOB, POD, service_account="trainer")
         token = cluster.request_token(NS, "trainer", [AUDIENCE], pod=POD)
         (work / "token").write_text(token)
         (work / "issuer").write_text(cluster.issuer)

@@ -224,7 +224,8 @@ async def cluster_process(work: Path) -> None:
         cluster.ensure_namespace(NS)
         cluster.create("trainjobs", trainjob_body(JOB), NS, GROUP)
         cluster.create("serviceaccounts", {"metadata": {"name": ACCOUNT}}, NS)
-        cluster.create("pods", pod_body(NS, JOB, POD, ACCOUNT, 0), NS)
+        owner = cluster.create_trainjob_job(NS, JOB)["metadata"]["uid"]
+        cluster.create("pods", pod_body(NS, JOB, POD, ACCOUNT, 0, owner), NS)
         token = cluster.request_token(NS, ACCOUNT, [audience(NS, JOB)], pod=POD)
         (work / "token").write_text(token)
         (work / "issuer").write_text(cluster.issuer)

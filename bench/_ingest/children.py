@@ -54,9 +54,11 @@ async def populate(cluster: DevCluster, work: Path, scenario: Scenario) -> dict[
         account = f"{job}-trainer"
         cluster.create("trainjobs", trainjob_body(job), namespace, GROUP)
         cluster.create("serviceaccounts", {"metadata": {"name": account}}, namespace)
+        # The JobSet and Job the pods are owned by, as the controllers make them.
+        owner = cluster.create_trainjob_job(namespace, job)["metadata"]["uid"]
         for p in range(scenario.pods):
             pod = f"{job}-node-0-{p}"
-            cluster.create("pods", pod_body(namespace, job, pod, account, p), namespace)
+            cluster.create("pods", pod_body(namespace, job, pod, account, p, owner), namespace)
             token = cluster.request_token(namespace, account, [audience(namespace, job)], pod=pod)
             lines.append(f"{namespace}/{job} {status_path(namespace, job)} {token}\n")
             if len(lines) % 25 == 0:

@@ -3,7 +3,6 @@ shaped as the Trainer and JobSet make them."""
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 
 from trainjob_status.contract import (
@@ -68,9 +67,13 @@ def trainjob_body(name: str) -> dict[str, object]:
     }
 
 
-def pod_body(namespace: str, job: str, name: str, account: str, index: int) -> dict[str, object]:
-    """A pod shaped like a JobSet's trainer pod with the status volume injected."""
-    uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{job}/node-0"))
+def pod_body(
+    namespace: str, job: str, name: str, account: str, index: int, owner_uid: str
+) -> dict[str, object]:
+    """A pod shaped like a JobSet's trainer pod with the status volume injected, owned
+    by the Job ``<job>-node-0`` with uid ``owner_uid`` (the server binds posts through
+    that chain)."""
+    uid = owner_uid
     env = {
         "PET_NNODES": "2",
         "PET_NPROC_PER_NODE": "auto",

@@ -10,6 +10,6 @@ from trainjob_status_server.auth.authenticator import Identity
 
 class AcceptAll:
     async def authenticate(
-        self, authorization: str | None, namespace: str, trainjob: str
+        self, authorization: str | None, namespace: str, trainjob: str, source: str = ""
     ) -> Identity:
         return Identity(namespace=namespace, service_account="unauthenticated")

@@ -29,7 +29,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trainjob_status.contract import (
     CA_CERT_ENV,
-    JOBSET_NAME_LABEL,
     TOKEN_ENV,
     URL_ENV,
     audience,
@@ -160,7 +159,7 @@ async def _run(options: DemoOptions, workdir: Path) -> int:
     async with DevCluster(workdir=workdir / "devcluster") as cluster:
         cluster.ensure_namespace(NAMESPACE)
         cluster.create_trainjob(NAMESPACE, TRAINJOB)
-        cluster.create_pod(NAMESPACE, POD, labels={JOBSET_NAME_LABEL: TRAINJOB})
+        cluster.create_trainjob_pod(NAMESPACE, TRAINJOB, POD)
         ca = CertificateAuthority(common_name="trainjob-status demo CA")
         cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
         (workdir / "tls.crt").write_bytes(cert)

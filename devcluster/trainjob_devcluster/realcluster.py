@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from trainjob_status import contract
 
-from . import objects
+from . import objects, workloads
 from .controlplane import ControlPlane
 from .pki import CertificateAuthority
 from .resources import ResourceType, default_resources
@@ -184,18 +184,39 @@ class RealCluster:
         *,
         service_account: str = "default",
         labels: dict[str, str] | None = None,
+        owner: Obj | None = None,
     ) -> Obj:
+        """A pod; ``owner`` (an object as stored) becomes its controller reference."""
         self.ensure_namespace(namespace)
         if self.get("serviceaccounts", namespace, service_account) is None:
             self.create("serviceaccounts", {"metadata": {"name": service_account}}, namespace)
-        body = {
-            "metadata": {"name": name, "labels": labels or {}},
-            "spec": {
-                "serviceAccountName": service_account,
-                "containers": [{"name": "trainer", "image": "busybox"}],
-            },
-        }
+        body = workloads.pod_body(name, service_account, labels, owner)
         return self.create("pods", body, namespace)
+
+    def create_trainjob_pod(
+        self,
+        namespace: str,
+        trainjob: str,
+        name: str,
+        *,
+        service_account: str = "default",
+        replicated_job: str = "node",
+        index: int = 0,
+    ) -> Obj:
+        """A pod of TrainJob ``trainjob`` (which must exist) owned by
+        ``create_trainjob_job``'s Job and labelled with its JobSet's name, as the
+        controllers make one."""
+        job = self.create_trainjob_job(namespace, trainjob, replicated_job, index)
+        labels = {contract.JOBSET_NAME_LABEL: trainjob}
+        return self.create_pod(
+            namespace, name, service_account=service_account, labels=labels, owner=job
+        )
+
+    def create_trainjob_job(
+        self, namespace: str, trainjob: str, replicated_job: str = "node", index: int = 0
+    ) -> Obj:
+        """The Job of TrainJob ``trainjob`` and its JobSet, as the controllers make them."""
+        return workloads.trainjob_job(self, namespace, trainjob, replicated_job, index)
 
     def set_pod_phase(self, namespace: str, name: str, phase: str) -> Obj:
         """What a kubelet would do: set ``status.phase`` through the status subresource."""

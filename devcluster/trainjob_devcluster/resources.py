@@ -118,6 +118,19 @@ def default_resources() -> list[ResourceType]:
         _core("Secret", "secrets"),
         _core("Event", "events", short_names=("ev",)),
         _core("Service", "services", short_names=("svc",), categories=("all",)),
+        # What a JobSet makes of each replicated job, and what makes the pods: the owner
+        # chain a post is bound through (no controller here: a test creates them, with
+        # their ownerReferences, as the JobSet and Job controllers would).
+        ResourceType(
+            group="batch",
+            version="v1",
+            kind="Job",
+            plural="jobs",
+            singular="job",
+            namespaced=True,
+            categories=("all",),
+            subresources=("status",),
+        ),
         ResourceType(
             group="authentication.k8s.io",
             version="v1",

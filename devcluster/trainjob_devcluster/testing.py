@@ -99,6 +99,8 @@ def server_config(kubeconfig: Path, certs: ServingCerts, **changes: Any) -> Conf
         kube_api_timeout=2.0,
         kube_api_qps=1000.0,
         kube_api_burst=1000,
+        kube_metrics_qps=1000.0,
+        kube_metrics_burst=1000,
         shutdown_timeout=5.0,
         min_write_interval=0.0,
     )

@@ -14,22 +14,25 @@ import ssl
 from aiohttp import web
 
 from .auth import Authenticator, TokenAuthenticator
+from .auth.ratelimit import SourceLimiter
 from .budgets import Budgets
 from .certificates import certs
 from .certificates.certs import CertBootstrap, CertSettings, WebhookCABundle
 from .certificates.tls import ReloadingTLS
 from .config import Config
 from .failures import Unavailable
-from .http import errors
+from .http import errors, probes
 from .http.answering import no_server_header
 from .http.endpoint import StatusEndpoint
 from .http.listener import CappedSite, Limits
+from .http.metricsauth import REVIEWS_PER_SOURCE as METRICS_REVIEWS_PER_SOURCE
 from .http.metricsauth import MetricsGuard, VerdictCache
 from .http.serving import ServingHandler
 from .http.webhook import INJECT_PATH, InjectorSettings, JobSetSteps, PodInjector
 from .kube.cache import WatchCache
 from .kube.client import KubeClient
 from .kube.errors import KubeUnavailable
+from .kube.ratelimit import TokenBucket
 from .kube.resources import TRAINJOBS
 from .kube.views import trainjob_view
 from .metrics.exporter import Exporter
@@ -50,9 +53,6 @@ METRICS_CONNECTIONS = 64
 """Open connections to the metrics port: scrapers keep one each."""
 
 METRICS_CONNECTIONS_PER_IP = 16
-
-PROBE_CONNECTIONS = 16
-"""Open connections to the probe port: the kubelet opens one per probe and closes it."""
 
 TRAINJOB_ABSENT_SECONDS = 10.0
 """How long a TrainJob the API server said does not exist is taken as missing without
@@ -124,9 +124,15 @@ class StatusServer:
             write=self.writer.write,
             read_timeout=config.read_timeout,
         )
-        # Scrapers' tokens are checked with the token-check budget.
+        # Scrapers' tokens are checked with a budget of their own.
         self.metrics_guard = (
-            MetricsGuard(self.budgets.auth, VerdictCache(config.metrics_auth_cache_ttl))
+            MetricsGuard(
+                self.budgets.metrics,
+                VerdictCache(config.metrics_auth_cache_ttl),
+                SourceLimiter(*METRICS_REVIEWS_PER_SOURCE),
+                # A quarter of the budget: tokens renewing an approval keep the rest.
+                TokenBucket(config.kube_metrics_qps / 4, max(1, config.kube_metrics_burst // 2)),
+            )
             if config.metrics_secure
             else None
         )
@@ -179,13 +185,8 @@ class StatusServer:
         return app
 
     def probe_app(self) -> web.Application:
-        """The probes alone, on a port of their own: scrapers holding every metrics slot
-        cannot make the liveness probe fail."""
-        app = web.Application()
-        app.on_response_prepare.append(no_server_header)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        return app
+        """The probes alone, on a port of their own (``http/probes.py``)."""
+        return probes.probe_app(self._healthz, self._readyz)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -213,9 +214,10 @@ class StatusServer:
         tls: ssl.SSLContext | None,
         connections: tuple[int, int],
         listener: str,
+        first_request_timeout: float | None = None,
     ) -> CappedSite:
         """Set ``runner`` up and serve it on ``port``; ``connections`` is (open at most,
-        from one address at most)."""
+        from one address at most); ``first_request_timeout`` defaults to the flag's."""
         config = self.config
         await runner.setup()
         site = CappedSite(
@@ -226,6 +228,7 @@ class StatusServer:
             limits=Limits(
                 max_connections=connections[0],
                 max_connections_per_ip=connections[1],
+                first_request_timeout=first_request_timeout or config.first_request_timeout,
                 header_timeout=config.read_timeout,
                 write_timeout=config.write_timeout,
                 max_head_bytes=config.max_header_bytes,
@@ -261,7 +264,11 @@ class StatusServer:
         await self.writer.start()
         if self.token_auth is not None:
             # Returns at once; `ready` follows.
-            await self.token_auth.start(self.budgets.auth, watch=self.kube)
+            # The injector's JobSet cache serves the owner chain too: one JobSet watch.
+            jobsets = self.jobset_steps.jobsets if self.jobset_steps is not None else None
+            await self.token_auth.start(
+                self.budgets.auth, watch=self.kube, trainjobs=self.trainjobs, jobsets=jobsets
+            )
             if self.token_auth.binding is not None:
                 self.exporter.add_cache(self.token_auth.binding.pods)
         if self.tls is not None:
@@ -298,8 +305,9 @@ class StatusServer:
             self._probes,
             config.probe_port,
             None,
-            (PROBE_CONNECTIONS, PROBE_CONNECTIONS),
+            (probes.CONNECTIONS, probes.PER_ADDRESS),
             "probes",
+            min(probes.FIRST_REQUEST_TIMEOUT, config.first_request_timeout),
         )
         log.info(
             "serving",

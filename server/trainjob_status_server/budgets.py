@@ -1,12 +1,14 @@
-"""The server's Kubernetes API budgets: one connection, three token buckets.
+"""The server's Kubernetes API budgets: one connection, four token buckets.
 
 Who spends what (none can starve another, each has its own qps/burst flags):
 
 - ``writes`` (``--kube-api-qps``/``--kube-api-burst``, the peer's 5/10): status writes
   and the TrainJob look-up of an authenticated post whose TrainJob the cache lacks;
-- ``auth`` (``--kube-auth-*``, 2/5): what token checking asks the API server for
-  (TokenReview, issuer discovery and JWKS, a pod the cache lacks; a scraper's
-  TokenReview and SubjectAccessReview under ``--metrics-secure``);
+- ``auth`` (``--kube-auth-*``, 2/5): what the posts' token checking asks the API server
+  for (TokenReview, issuer discovery and JWKS, a pod the cache lacks);
+- ``metrics`` (``--kube-metrics-*``, 1/4): a scraper's TokenReview and
+  SubjectAccessReview under ``--metrics-secure``, which anyone who can reach the port
+  can cause with a garbage token: apart, so that cannot delay a pod's first post;
 - ``watch`` (``--kube-watch-*``, 2/10): the caches' lists and watches, the certificate
   bootstrap and CA distribution, none of which any request can cause.
 
@@ -36,6 +38,7 @@ class Budgets:
     watch: KubeClient
     writes: KubeClient
     auth: KubeClient
+    metrics: KubeClient
 
     @classmethod
     def for_config(cls, config: Config) -> Budgets:
@@ -54,5 +57,11 @@ class Budgets:
             ),
             auth=watch.lane(
                 "auth", qps=config.kube_auth_qps, burst=config.kube_auth_burst, max_wait=deadline
+            ),
+            metrics=watch.lane(
+                "metrics",
+                qps=config.kube_metrics_qps,
+                burst=config.kube_metrics_burst,
+                max_wait=deadline,
             ),
         )

@@ -42,7 +42,10 @@ class Config:
     kube_auth_burst: int = 5
     kube_watch_qps: float = 2.0
     kube_watch_burst: int = 10
+    kube_metrics_qps: float = 1.0
+    kube_metrics_burst: int = 4
     read_timeout: float = 10.0
+    first_request_timeout: float = 5.0
     idle_timeout: float = 120.0
     max_connections: int = 1024
     max_connections_per_ip: int = 256
@@ -124,7 +127,7 @@ class Config:
             problems.append("--metrics-secure needs the serving certificate: not --insecure-http")
         if self.metrics_auth_cache_ttl < 0:
             problems.append("--metrics-auth-cache-ttl must be >= 0")
-        for budget in ("api", "auth", "watch"):
+        for budget in ("api", "auth", "watch", "metrics"):
             qps, burst = getattr(self, f"kube_{budget}_qps"), getattr(self, f"kube_{budget}_burst")
             if qps <= 0 or burst < 1:
                 problems.append(f"--kube-{budget}-qps must be > 0 and --kube-{budget}-burst >= 1")
@@ -135,6 +138,7 @@ class Config:
         for name in (
             "kube_api_timeout",
             "read_timeout",
+            "first_request_timeout",
             "idle_timeout",
             "write_timeout",
             "shutdown_timeout",
@@ -245,8 +249,8 @@ _FLAGS = (
     _Flag(
         "kube_auth_qps",
         float,
-        "Kubernetes API requests per second for token checks (TokenReview, JWKS, pod look-ups,"
-        " and the metrics port's reviews with --metrics-secure)",
+        "Kubernetes API requests per second for the posts' token checks (TokenReview, JWKS,"
+        " pod look-ups)",
     ),
     _Flag("kube_auth_burst", int, "burst of the token-check API budget"),
     _Flag(
@@ -257,23 +261,39 @@ _FLAGS = (
     ),
     _Flag("kube_watch_burst", int, "burst of the list/watch API budget"),
     _Flag(
+        "kube_metrics_qps",
+        float,
+        "Kubernetes API requests per second for the metrics port's TokenReviews and"
+        " SubjectAccessReviews (--metrics-secure): a budget of their own, so scrapers, or"
+        " strangers with garbage tokens, cannot delay the posts' token checks",
+    ),
+    _Flag("kube_metrics_burst", int, "burst of the metrics-review API budget"),
+    _Flag(
         "read_timeout",
         float,
-        "seconds to receive a request body; also for a new connection's TLS handshake and"
-        " first request's headers, and for each later request's headers from their first"
-        " byte (closed otherwise)",
+        "seconds to receive a request body, and each later request's headers from their"
+        " first byte (closed otherwise)",
+    ),
+    _Flag(
+        "first_request_timeout",
+        float,
+        "seconds a new connection has for its TLS handshake, then as long for its first"
+        " request's headers (closed otherwise); until they are in, it is the first to be"
+        " closed when a newcomer finds no free slot",
     ),
     _Flag("idle_timeout", float, "seconds an idle keep-alive connection stays open"),
     _Flag(
         "max_connections",
         int,
-        "open client connections at most; when all are taken the oldest idle keep-alive one is"
-        " closed to make room, and a new one is closed on arrival if none is idle",
+        "open client connections at most; when all are taken one that has not sent its first"
+        " request's headers (of the address holding the most), else the oldest idle keep-alive"
+        " one, is closed to make room; a new one is closed on arrival if none is",
     ),
     _Flag(
         "max_connections_per_ip",
         int,
-        "open connections from one source address at most (same rule as --max-connections);"
+        "open connections from one source address at most (same rule as --max-connections,"
+        " within that address);"
         " refusals are counted in trainjob_status_connections_refused_total",
     ),
     _Flag(
@@ -364,8 +384,9 @@ _SWITCHES = (
     ),
     (
         "require_pod_membership",
-        "the token's pod must carry jobset.sigs.k8s.io/jobset-name=<trainjob>; off, every pod "
-        "in the cluster is cached",
+        "the token's pod must carry jobset.sigs.k8s.io/jobset-name=<trainjob> and, where Jobs"
+        " and JobSets can be listed, be owned by a Job of the TrainJob's JobSet (by uid); off,"
+        " neither, and every pod in the cluster is cached",
     ),
     (
         "allow_unbound_tokens",

@@ -61,6 +61,27 @@ BENCHES = [
         ),
     ),
     Bench(
+        "crowds",
+        (
+            r"^# server: --max-connections 1024, --max-connections-per-ip 256, "
+            r"--first-request-timeout 5 s",
+            *(
+                rf"^{kind}: 2 addresses x 10 connections \({NUMBER} slots held at the start\); "
+                rf"posts answered 200 within 2 s: {NUMBER}/3 \({NUMBER}%\)"
+                for kind in ("connect-only", "tls-only", "slow-headers")
+            ),
+            rf"admission reviews answered: {NUMBER}/1; crowd connections closed for newcomers",
+        ),
+    ),
+    Bench(
+        "review_flood",
+        (
+            rf"^flood: 2 addresses, {NUMBER} requests \(by code: .*\); TokenReviews made: {NUMBER}",
+            rf"^scrapes answered 200: {NUMBER}/{NUMBER} \(--metrics-auth-cache-ttl 1 s\)",
+            rf"^first posts of new pods \(--token-review\) answered 200: {NUMBER}/{NUMBER}, ",
+        ),
+    ),
+    Bench(
         "auth_verify",
         (
             rf"^server, verified-cached\s+{NUMBER} posts/s",

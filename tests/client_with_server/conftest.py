@@ -18,7 +18,6 @@ from trainjob_devcluster.testing import ServingCerts
 from trainjob_status.contract import (
     CA_CERT_ENV,
     GROUP,
-    JOBSET_NAME_LABEL,
     TOKEN_ENV,
     URL_ENV,
     audience,
@@ -71,7 +70,7 @@ def pod(
 ) -> Pod:
     """TrainJob team-a/job1, one of its pods, and that pod's projected token."""
     kube_api.create_trainjob(NS, JOB)
-    kube_api.create_pod(NS, f"{JOB}-node-0-0", labels={JOBSET_NAME_LABEL: JOB})
+    kube_api.create_trainjob_pod(NS, JOB, f"{JOB}-node-0-0")
     token = kube_api.request_token(NS, "default", [audience(NS, JOB)], pod=f"{JOB}-node-0-0")
     secrets = tmp_path / "secrets"
     secrets.mkdir()

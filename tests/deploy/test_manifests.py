@@ -39,6 +39,7 @@ CORE_RULES = [
     {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
     {
         "apiGroups": [""],

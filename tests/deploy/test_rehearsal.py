@@ -23,6 +23,7 @@ import aiohttp
 import pytest
 
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.workloads import controller_reference
 from trainjob_status.contract import CA_CERT_ENV, GROUP, TOKEN_ENV, URL_ENV
 from trainjob_status.contract import ENV_NAMES as ENV
 from trainjob_status_server.kube.client import KubeClient
@@ -51,13 +52,15 @@ def flag(container: Container, name: str, root: Path) -> Path:
     raise AssertionError(f"the container sets no --{name}")
 
 
-def trainer_pod() -> Doc:
-    """A trainer pod as JobSet creates it for a TrainJob whose runtime labels its step."""
+def trainer_pod(job: Doc) -> Doc:
+    """A trainer pod as JobSet's Job ``job`` creates it for a TrainJob whose runtime
+    labels its step."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": f"{JOB}-node-0-0-abcde",
+            "ownerReferences": [controller_reference(job)],
             "labels": {
                 "jobset.sigs.k8s.io/jobset-name": JOB,
                 "jobset.sigs.k8s.io/replicatedjob-name": "node",
@@ -124,6 +127,9 @@ async def test_the_deployment_starts_injects_and_serves(
     load(devcluster, docs)
     devcluster.route_service(here, "trainjob-status", "127.0.0.1", container.ports())
     devcluster.create_trainjob(TEAM, JOB)
+    # Its JobSet and Job (the trainer pod's owners), in the server's caches by the time
+    # the pod posts.
+    job = devcluster.create_trainjob_job(TEAM, JOB)
     devcluster.create("serviceaccounts", {"metadata": {"name": "trainer"}}, TEAM)
 
     root = tmp_path / "container"
@@ -163,13 +169,15 @@ async def test_the_deployment_starts_injects_and_serves(
         # A trainer pod created through the API afterwards: the API server calls the
         # webhook over HTTPS with the caBundle, and stores the patched pod.
         async with KubeClient(devcluster.kubeconfig_path) as admin:
-            stored = await admin.create(PODS, TEAM, trainer_pod())
+            stored = await admin.create(PODS, TEAM, trainer_pod(job))
         assert [outcome for _, outcome in devcluster.app.admission.calls] == ["patched"]
         # The server's own namespace, whichever the overlay chose, is never sent to it.
         devcluster.create_trainjob(here, JOB)
         devcluster.create("serviceaccounts", {"metadata": {"name": "trainer"}}, here)
         async with KubeClient(devcluster.kubeconfig_path) as admin:
-            own = await admin.create(PODS, here, trainer_pod())
+            own = await admin.create(
+                PODS, here, trainer_pod(devcluster.create_trainjob_job(here, JOB))
+            )
         assert [outcome for _, outcome in devcluster.app.admission.calls] == ["patched"]
         assert "env" not in own["spec"]["containers"][0]
         env, mounted = kubelet_mounts(devcluster, stored, tmp_path / "pod")

@@ -111,7 +111,7 @@ async def test_a_lane_refuses_at_once_and_sends_nothing_and_others_are_untouched
         assert devcluster.faults.count("get", "trainjobs") == before + 4
 
 
-def test_the_server_builds_three_budgets_from_its_flags() -> None:
+def test_the_server_builds_four_budgets_from_its_flags() -> None:
     config = Config(
         kube_api_qps=5,
         kube_api_burst=10,
@@ -119,15 +119,23 @@ def test_the_server_builds_three_budgets_from_its_flags() -> None:
         kube_auth_burst=5,
         kube_watch_qps=3,
         kube_watch_burst=7,
+        kube_metrics_qps=0.5,
+        kube_metrics_burst=3,
         kube_api_timeout=4.0,
     )
     budgets = Budgets.for_config(config)
+    lanes = (budgets.writes, budgets.auth, budgets.watch, budgets.metrics)
     shape = {
-        lane.budget_name: (lane.budget.rate, lane.budget.burst, lane.max_wait)
-        for lane in (budgets.writes, budgets.auth, budgets.watch)
+        lane.budget_name: (lane.budget.rate, lane.budget.burst, lane.max_wait) for lane in lanes
     }
-    assert shape == {"writes": (5, 10, 4.0), "auth": (2, 5, 4.0), "watch": (3, 7, None)}
-    assert len({id(lane.budget) for lane in (budgets.writes, budgets.auth, budgets.watch)}) == 3
+    assert shape == {
+        "writes": (5, 10, 4.0),
+        "auth": (2, 5, 4.0),
+        "watch": (3, 7, None),
+        "metrics": (0.5, 3, 4.0),
+    }
+    assert len({id(lane.budget) for lane in lanes}) == 4
+    assert (Config().kube_metrics_qps, Config().kube_metrics_burst) == (1.0, 4)
 
 
 def test_a_spent_budget_is_a_503_with_its_wait_as_retry_after() -> None:
@@ -311,10 +319,20 @@ async def test_nothing_a_client_without_a_valid_token_sends_reaches_the_api(
         other = mint(
             cluster, aud="trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs/x/status"
         )
-        # Start-up done: the TrainJob, pod and JobSet watches open.
+        # Start-up done: the TrainJob, pod and JobSet watches open, and the owner
+        # chain's Job watch (its JobSets are the injector's cache).
         steps = rig.server.jobset_steps
         assert steps is not None
-        await until(lambda: cluster.faults.count("watch") >= 3 and steps.jobsets.synced.is_set())
+        assert rig.auth.binding is not None
+        owners = rig.auth.binding.owners
+        assert owners is not None
+        await until(
+            lambda: (
+                cluster.faults.count("watch") >= 4
+                and steps.jobsets.synced.is_set()
+                and owners.noted == "ownership"
+            )
+        )
         # Every request the cluster serves from now on (open watches aside) is counted.
         seen = cluster.faults.stall(0.0, times=None, path=".*")
         posts = {

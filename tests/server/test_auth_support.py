@@ -26,7 +26,7 @@ from prometheus_client import REGISTRY
 
 from trainjob_devcluster import DevCluster
 from trainjob_status.contract import JOBSET_NAME_LABEL as LABEL
-from trainjob_status.contract import audience
+from trainjob_status.contract import RESOURCE, audience
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth import AuthSettings, TokenAuthenticator
 from trainjob_status_server.config import Config
@@ -115,9 +115,14 @@ def tampered(token: str, change: Callable[[dict[str, Any]], None]) -> str:
 def add_pod(
     cluster: DevCluster, name: str = POD, *, namespace: str = NS, sa: str = SA, job: str | None = TJ
 ) -> str:
-    """A pod of ``job`` (no label when None); returns its uid."""
-    labels = {LABEL: job} if job is not None else {}
-    pod = cluster.create_pod(namespace, name, service_account=sa, labels=labels)
+    """A pod of ``job`` (no label when None); returns its uid. When TrainJob ``job``
+    exists, the pod is made as its controllers make one (JobSet, Job, owner references),
+    so it is bound to it by ownership as well as by its label."""
+    if job is not None and cluster.get(RESOURCE, namespace, job, GROUP) is not None:
+        pod = cluster.create_trainjob_pod(namespace, job, name, service_account=sa)
+    else:
+        labels = {LABEL: job} if job is not None else {}
+        pod = cluster.create_pod(namespace, name, service_account=sa, labels=labels)
     return str(pod["metadata"]["uid"])
 
 
@@ -240,6 +245,7 @@ _REASONS = [
     "namespace",
     "no_pod",
     "not_member",
+    "not_owned",
 ]
 
 

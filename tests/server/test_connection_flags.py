@@ -18,6 +18,8 @@ def test_defaults() -> None:
     assert config.write_timeout == 10.0  # the peer's write timeout
     assert (config.max_connections, config.max_connections_per_ip) == (1024, 256)
     assert config.probe_port == 8081
+    # Short: a client sends its request as soon as it has connected.
+    assert (config.first_request_timeout, config.read_timeout) == (5.0, 10.0)
 
 
 def test_flags_and_their_environment_fallbacks() -> None:
@@ -26,10 +28,12 @@ def test_flags_and_their_environment_fallbacks() -> None:
         "TRAINJOB_STATUS_WRITE_TIMEOUT": "2.5",
         "TRAINJOB_STATUS_MAX_CONNECTIONS_PER_IP": "32",
         "TRAINJOB_STATUS_PROBE_PORT": "18081",
+        "TRAINJOB_STATUS_FIRST_REQUEST_TIMEOUT": "1.5",
     }
     config = parse(env=env)
     assert (config.max_header_bytes, config.write_timeout) == (4096, 2.5)
     assert (config.max_connections_per_ip, config.probe_port) == (32, 18081)
+    assert config.first_request_timeout == 1.5
     assert parse("--max-header-bytes", "16384", env=env).max_header_bytes == 16384
 
 
@@ -41,6 +45,7 @@ def test_flags_and_their_environment_fallbacks() -> None:
             "--max-header-bytes must be >= 2048 (a post with its token needs about 2 KiB)",
         ),
         (("--write-timeout", "0"), "--write-timeout must be > 0"),
+        (("--first-request-timeout", "0"), "--first-request-timeout must be > 0"),
         (
             ("--max-connections-per-ip", "0"),
             "--max-connections and --max-connections-per-ip must be >= 1",
@@ -67,6 +72,7 @@ def test_help_describes_each_flag_with_its_variable_and_default(
         ("--write-timeout", "TRAINJOB_STATUS_WRITE_TIMEOUT", "10.0"),
         ("--max-connections-per-ip", "TRAINJOB_STATUS_MAX_CONNECTIONS_PER_IP", "256"),
         ("--probe-port", "TRAINJOB_STATUS_PROBE_PORT", "8081"),
+        ("--first-request-timeout", "TRAINJOB_STATUS_FIRST_REQUEST_TIMEOUT", "5.0"),
     ]:
         assert flag in text
         assert f"(env {env}; default {default})" in text

@@ -274,11 +274,23 @@ async def test_parser_refusals_are_a_status_logged_in_one_line_without_header_by
 
 
 async def stalled(server: StatusServer, certs: ServingCerts, source: str) -> Stream:
-    """A connection in the middle of its first request's headers."""
+    """A connection in the middle of its first request's headers (fresh)."""
     reader, writer = await connect(server, certs, source)
     writer.write(head()[:40])
     await writer.drain()
     return reader, writer
+
+
+async def in_flight(server: StatusServer, certs: ServingCerts, source: str) -> Stream:
+    """A connection whose first request is in progress: its head is in, its body not."""
+    reader, writer = await connect(server, certs, source)
+    writer.write(head(length=100) + b'{"trainerStatus":')
+    await writer.drain()
+    return reader, writer
+
+
+def closed_count(reason: str, listener: str = "serving") -> float:
+    return counted("trainjob_status_connections_closed_total", listener=listener, reason=reason)
 
 
 async def refused_at_once(server: StatusServer, certs: ServingCerts, source: str) -> None:
@@ -290,14 +302,13 @@ async def refused_at_once(server: StatusServer, certs: ServingCerts, source: str
 async def test_a_flood_from_one_address_does_not_stop_posts_from_another(
     running: StatusServer, certs: ServingCerts, devcluster: DevCluster
 ) -> None:
-    before = counted(
-        "trainjob_status_connections_refused_total",
-        listener="serving",
-        reason="max_connections_per_ip",
-    )
-    flood = [await stalled(running, certs, FLOODER) for _ in range(4)]
-    for _ in range(6):
-        await refused_at_once(running, certs, FLOODER)
+    before = closed_count("fresh_evicted")
+    # Ten silent connections from one address, which may hold four: each one over the
+    # cap closes that address's own oldest silent one.
+    flood = [await stalled(running, certs, FLOODER) for _ in range(10)]
+    for reader, _ in flood[:6]:
+        assert await closed(reader) == b""
+    assert closed_count("fresh_evicted") - before == 6
     reader, writer = await connect(running, certs, "127.0.0.1")
     writer.write(post(11))
     status, _, body = await answer(reader)
@@ -310,12 +321,26 @@ async def test_a_flood_from_one_address_does_not_stop_posts_from_another(
     obj = devcluster.get("trainjobs", NS, "tj", GROUP)
     assert obj is not None
     assert obj["status"]["trainerStatus"]["progressPercentage"] == 11
+
+
+async def test_an_address_whose_connections_are_all_in_flight_is_refused_at_its_cap(
+    running: StatusServer, certs: ServingCerts
+) -> None:
+    before = counted(
+        "trainjob_status_connections_refused_total",
+        listener="serving",
+        reason="max_connections_per_ip",
+    )
+    busy = [await in_flight(running, certs, FLOODER) for _ in range(4)]
+    await refused_at_once(running, certs, FLOODER)
     after = counted(
         "trainjob_status_connections_refused_total",
         listener="serving",
         reason="max_connections_per_ip",
     )
-    assert after - before == 6
+    assert after - before == 1
+    for _, writer in busy:
+        writer.close()
 
 
 async def test_an_idle_keep_alive_connection_makes_room_for_a_new_one(
@@ -326,7 +351,7 @@ async def test_an_idle_keep_alive_connection_makes_room_for_a_new_one(
     )
     sources = ["127.0.0.2", "127.0.0.3"]
     # Four in the middle of a request (busy), then four idle after one answered post.
-    busy = [await stalled(running, certs, sources[i % 2]) for i in range(4)]
+    busy = [await in_flight(running, certs, sources[i % 2]) for i in range(4)]
     idle: list[Stream] = []
     for i in range(4):
         reader, writer = await connect(running, certs, sources[i % 2] if i < 2 else "127.0.0.4")
@@ -357,7 +382,7 @@ async def test_with_every_slot_busy_a_new_connection_is_refused_and_counted(
     before = counted(
         "trainjob_status_connections_refused_total", listener="serving", reason="max_connections"
     )
-    busy = [await stalled(running, certs, f"127.0.0.{2 + i % 2}") for i in range(8)]
+    busy = [await in_flight(running, certs, f"127.0.0.{2 + i % 2}") for i in range(8)]
     await refused_at_once(running, certs, "127.0.0.1")
     after = counted(
         "trainjob_status_connections_refused_total", listener="serving", reason="max_connections"
@@ -430,7 +455,9 @@ async def test_a_tls_client_that_never_reads_is_closed_after_the_write_timeout(
 # -- probes -------------------------------------------------------------------------------
 
 
-async def test_probes_answer_while_the_metrics_port_is_full(config: Config) -> None:
+async def test_probes_and_a_new_scrape_answer_while_the_metrics_port_is_full(
+    config: Config,
+) -> None:
     async with StatusServer(config, AcceptAll()) as server:
         await server.trainjobs.synced.wait()
         host, port = address(server.metrics_url)
@@ -444,9 +471,9 @@ async def test_probes_answer_while_the_metrics_port_is_full(config: Config) -> N
             await writer.drain()
             scrapers.append(writer)
         async with aiohttp.ClientSession() as session:
-            with pytest.raises(aiohttp.ClientError):
-                async with session.get(server.metrics_url + "/healthz") as response:
-                    await response.read()
+            # Each is mid-head, so a new scrape closes one to take its slot.
+            async with session.get(server.metrics_url + "/healthz") as response:
+                assert (response.status, await response.text()) == (200, "ok")
             for path in ("/healthz", "/readyz"):
                 async with session.get(server.probe_url + path) as response:
                     assert (response.status, await response.text()) == (200, "ok")

@@ -63,7 +63,7 @@ class Rig:
     seen: list[Identity | None] = field(default_factory=list)
 
     async def authenticate(
-        self, authorization: str | None, namespace: str, trainjob: str
+        self, authorization: str | None, namespace: str, trainjob: str, source: str = ""
     ) -> Identity:
         self.asked.append((authorization, namespace, trainjob))
         if self.refusal is not None:

@@ -1,7 +1,8 @@
 """The listener's deadlines for a request's head: a client that connects and then sends
-nothing, or its headers a byte at a time, loses its connection after --read-timeout
-instead of holding a slot for ever, and so does one whose later request's head stalls;
-one that has sent a request keeps its keep-alive connection."""
+nothing, or its headers a byte at a time, loses its connection after
+--first-request-timeout instead of holding a slot for ever, and so does one whose later
+request's head stalls (after --read-timeout); one that has sent a request keeps its
+keep-alive connection."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ async def running(
     config: Config, certs: ServingCerts, devcluster: DevCluster
 ) -> AsyncIterator[StatusServer]:
     devcluster.create_trainjob(NS, "tj")
-    async with StatusServer(with_changes(config, read_timeout=DEADLINE), AcceptAll()) as server:
+    deadlines = with_changes(config, read_timeout=DEADLINE, first_request_timeout=DEADLINE)
+    async with StatusServer(deadlines, AcceptAll()) as server:
         await server.trainjobs.synced.wait()
         yield server
 

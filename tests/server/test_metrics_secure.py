@@ -255,12 +255,13 @@ def test_secure_metrics_needs_the_serving_certificate(config: Config) -> None:
     ]
 
 
-async def test_reviews_spend_the_token_check_budget_and_stop_at_it(
+async def test_strangers_reviews_stop_at_their_share_of_the_metrics_budget(
     config: Config, certs: ServingCerts, devcluster: DevCluster
 ) -> None:
-    """Strangers' tokens cost a review each until the auth budget is spent; then 503
-    with Retry-After, and nothing more reaches the API server."""
-    tight = with_changes(config, metrics_secure=True, kube_auth_qps=0.01, kube_auth_burst=2)
+    """Strangers' tokens cost a review each until their share of the metrics port's own
+    budget (half its burst) is spent; then 503 with Retry-After, and nothing more reaches
+    the API server."""
+    tight = with_changes(config, metrics_secure=True, kube_metrics_qps=0.01, kube_metrics_burst=4)
     async for scraper in scraper_for(tight, certs):
         before = reviews(devcluster)
         for forged in ("a", "b"):

@@ -118,7 +118,47 @@ def test_verdicts_live_for_their_ttl() -> None:
     assert cache.get(key) == Verdict("bob", True)
     clock.now += 0.1
     assert cache.get(key) is None
+    # An expired approval is kept one more TTL, for when no review can be asked for.
+    assert cache.stale(key) == Verdict("bob", True)
+    clock.now += 30.0
+    assert (cache.get(key), cache.stale(key)) == (None, None)
     assert len(cache) == 0
+
+
+def test_a_refusal_expires_at_once_and_is_never_stale() -> None:
+    clock = Clock()
+    cache = VerdictCache(30.0, clock=clock)
+    key = (b"d", "/metrics", "get")
+    cache.put(key, Verdict(None, False))
+    assert cache.get(key) == Verdict(None, False)
+    assert cache.stale(key) is None
+    clock.now += 30.0
+    assert cache.get(key) is None
+    assert len(cache) == 0
+
+
+def test_a_flood_of_refusals_never_pushes_an_approval_out() -> None:
+    cache = VerdictCache(30.0, max_entries=4, clock=Clock())
+    scraper = (b"prometheus", "/metrics", "get")
+    cache.put(scraper, Verdict("prometheus", True))
+    for i in range(100):
+        cache.put((b"garbage-%d" % i, "/metrics", "get"), Verdict(None, False))
+    assert cache.get(scraper) == Verdict("prometheus", True)
+    assert len(cache) == 5  # the approval and the newest four refusals
+    assert cache.get((b"garbage-99", "/metrics", "get")) == Verdict(None, False)
+    assert cache.get((b"garbage-95", "/metrics", "get")) is None
+
+
+def test_a_new_verdict_replaces_the_other_kind() -> None:
+    cache = VerdictCache(30.0, clock=Clock())
+    key = (b"d", "/metrics", "get")
+    cache.put(key, Verdict("bob", True))
+    cache.put(key, Verdict("bob", False, "unbound"))
+    assert (cache.get(key), cache.stale(key), len(cache)) == (
+        Verdict("bob", False, "unbound"),
+        None,
+        1,
+    )
 
 
 def test_the_cache_is_bounded_least_recently_used_first() -> None:

@@ -99,7 +99,7 @@ class Rig:
     written: list[tuple[str, str, EncodedStatus]] = field(default_factory=list)
 
     async def authenticate(
-        self, authorization: str | None, namespace: str, trainjob: str
+        self, authorization: str | None, namespace: str, trainjob: str, source: str = ""
     ) -> Identity:
         self.asked.append(authorization)
         if authorization == f"Bearer {TOKEN_REFUSED}":

@@ -1,5 +1,6 @@
-"""Who gets a connection slot: the caps in all and per source address, the idle
-connection closed to make room, and the refusal log that does not flood."""
+"""Who gets a connection slot: the caps in all and per source address, the fresh
+connection (no first request yet) and then the idle one closed to make room, and the
+refusal log that does not flood."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import logging
 
 import pytest
 
-from trainjob_status_server.http.slots import PER_ADDRESS, TOTAL, RefusalLog, Slots
+from trainjob_status_server.http.slots import (
+    FRESH_EVICTED,
+    IDLE_EVICTED,
+    PER_ADDRESS,
+    TOTAL,
+    RefusalLog,
+    Slots,
+)
 
 
 class Connection:
@@ -22,27 +30,34 @@ class Connection:
 class Recorded:
     def __init__(self) -> None:
         self.refused: list[tuple[str, str]] = []
-        self.evicted = 0
+        self.evicted: list[str] = []
 
     def slots(self, total: int, per_address: int) -> Slots:
         return Slots(
             total,
             per_address,
             refused=lambda reason, address: self.refused.append((reason, address)),
-            evicted=self.count_eviction,
+            evicted=self.evicted.append,
         )
 
-    def count_eviction(self) -> None:
-        self.evicted += 1
+
+def admitted(slots: Slots, address: str, *, idle: bool = False, fresh: bool = False) -> Connection:
+    """A connection holding a slot: fresh (no first request's headers yet), idle between
+    requests, or busy (a request in progress)."""
+    connection = Connection(idle=idle)
+    assert slots.admit(connection, address) is None
+    if not fresh:
+        slots.started(connection)
+    return connection
 
 
 def test_one_address_is_capped_and_others_still_get_slots() -> None:
     seen = Recorded()
     slots = seen.slots(4, 2)
-    assert slots.admit(Connection(), "10.0.0.1") is None
-    assert slots.admit(Connection(), "10.0.0.1") is None
+    admitted(slots, "10.0.0.1")
+    admitted(slots, "10.0.0.1")
     assert slots.admit(Connection(), "10.0.0.1") == PER_ADDRESS
-    assert slots.admit(Connection(), "10.0.0.2") is None
+    admitted(slots, "10.0.0.2")
     assert (len(slots), slots.count("10.0.0.1"), slots.count("10.0.0.2")) == (3, 2, 1)
     assert seen.refused == [(PER_ADDRESS, "10.0.0.1")]
 
@@ -50,8 +65,7 @@ def test_one_address_is_capped_and_others_still_get_slots() -> None:
 def test_the_total_is_capped_once_nothing_is_idle() -> None:
     seen = Recorded()
     slots = seen.slots(2, 2)
-    busy = [Connection(), Connection()]
-    assert [slots.admit(c, f"10.0.0.{i}") for i, c in enumerate(busy)] == [None, None]
+    busy = [admitted(slots, f"10.0.0.{i}") for i in range(2)]
     assert slots.admit(Connection(), "10.0.0.9") == TOTAL
     assert seen.refused == [(TOTAL, "10.0.0.9")]
     assert not any(c.evicted for c in busy)
@@ -60,13 +74,13 @@ def test_the_total_is_capped_once_nothing_is_idle() -> None:
 def test_the_oldest_idle_connection_makes_room() -> None:
     seen = Recorded()
     slots = seen.slots(3, 3)
-    busy, old_idle, new_idle = Connection(), Connection(idle=True), Connection(idle=True)
-    for connection in (busy, old_idle, new_idle):
-        assert slots.admit(connection, "10.0.0.1") is None
-    newcomer = Connection()
-    assert slots.admit(newcomer, "10.0.0.2") is None
+    busy = admitted(slots, "10.0.0.1")
+    old_idle = admitted(slots, "10.0.0.1", idle=True)
+    new_idle = admitted(slots, "10.0.0.1", idle=True)
+    assert slots.admit(Connection(), "10.0.0.2") is None
     assert (busy.evicted, old_idle.evicted, new_idle.evicted) == (False, True, False)
-    assert (len(slots), slots.count("10.0.0.1"), seen.evicted, seen.refused) == (3, 2, 1, [])
+    assert (len(slots), slots.count("10.0.0.1"), seen.refused) == (3, 2, [])
+    assert seen.evicted == [IDLE_EVICTED]
     # Its slot was freed when it was chosen: its own close later changes nothing.
     slots.release(old_idle)
     assert len(slots) == 3
@@ -75,11 +89,8 @@ def test_the_oldest_idle_connection_makes_room() -> None:
 def test_an_address_at_its_cap_makes_room_from_its_own_idle_connections_only() -> None:
     seen = Recorded()
     slots = seen.slots(10, 2)
-    others_idle = Connection(idle=True)
-    assert slots.admit(others_idle, "10.0.0.2") is None
-    mine = [Connection(), Connection()]
-    for connection in mine:
-        assert slots.admit(connection, "10.0.0.1") is None
+    others_idle = admitted(slots, "10.0.0.2", idle=True)
+    mine = [admitted(slots, "10.0.0.1"), admitted(slots, "10.0.0.1")]
     assert slots.admit(Connection(), "10.0.0.1") == PER_ADDRESS
     assert not others_idle.evicted
     mine[0].idle = True
@@ -90,12 +101,67 @@ def test_an_address_at_its_cap_makes_room_from_its_own_idle_connections_only() -
 
 def test_release_frees_the_slot_and_the_address() -> None:
     slots = Slots(1, 1)
-    first = Connection()
-    assert slots.admit(first, "10.0.0.1") is None
+    first = admitted(slots, "10.0.0.1", fresh=True)
+    assert slots.fresh("10.0.0.1") == 1
     slots.release(first)
     slots.release(first)
-    assert (len(slots), slots.count("10.0.0.1")) == (0, 0)
+    slots.started(first)  # a late word about a connection already gone changes nothing
+    assert (len(slots), slots.count("10.0.0.1"), slots.fresh("10.0.0.1")) == (0, 0, 0)
     assert slots.admit(Connection(), "10.0.0.1") is None
+
+
+def test_a_fresh_connection_makes_room_before_an_idle_or_busy_one() -> None:
+    seen = Recorded()
+    slots = seen.slots(3, 3)
+    idle = admitted(slots, "10.0.0.1", idle=True)
+    busy = admitted(slots, "10.0.0.1")
+    fresh = admitted(slots, "10.0.0.2", fresh=True)
+    assert slots.admit(Connection(), "10.0.0.3") is None
+    assert (idle.evicted, busy.evicted, fresh.evicted) == (False, False, True)
+    assert seen.evicted == [FRESH_EVICTED]
+    assert slots.fresh("10.0.0.2") == 0
+
+
+def test_the_address_holding_the_most_fresh_connections_loses_one_first() -> None:
+    seen = Recorded()
+    slots = seen.slots(6, 6)
+    crowd = [admitted(slots, "10.0.0.9", fresh=True) for _ in range(3)]
+    # Older than the crowd's, but its address holds fewer.
+    early = admitted(slots, "10.0.0.1", fresh=True)
+    pair = [admitted(slots, "10.0.0.2", fresh=True) for _ in range(2)]
+    order = []
+    for i in range(4):
+        newcomer = Connection()
+        assert slots.admit(newcomer, f"10.0.1.{i}") is None
+        order.append(next(c for c in [*crowd, early, *pair] if c.evicted and c not in order))
+    # 3 against 2: the crowd's oldest; 2 against 2: the older one, the crowd's again;
+    # then the pair's, which holds the most; then, one each, the oldest of all.
+    assert order == [crowd[0], crowd[1], pair[0], crowd[2]]
+    assert not early.evicted
+    assert seen.evicted == [FRESH_EVICTED] * 4
+    assert seen.refused == []
+
+
+def test_a_connection_whose_request_started_is_no_longer_fresh() -> None:
+    seen = Recorded()
+    slots = seen.slots(2, 2)
+    first = admitted(slots, "10.0.0.1", fresh=True)
+    second = admitted(slots, "10.0.0.1", fresh=True)
+    slots.started(first)
+    assert slots.fresh("10.0.0.1") == 1
+    assert slots.admit(Connection(), "10.0.0.2") is None
+    assert (first.evicted, second.evicted) == (False, True)
+
+
+def test_an_address_at_its_cap_loses_its_own_oldest_fresh_connection() -> None:
+    seen = Recorded()
+    slots = seen.slots(10, 2)
+    other = admitted(slots, "10.0.0.2", fresh=True)
+    mine = [admitted(slots, "10.0.0.1", fresh=True) for _ in range(2)]
+    again = Connection()
+    assert slots.admit(again, "10.0.0.1") is None
+    assert (other.evicted, mine[0].evicted, mine[1].evicted) == (False, True, False)
+    assert (slots.count("10.0.0.1"), slots.fresh("10.0.0.1"), seen.refused) == (2, 2, [])
 
 
 def test_refusals_are_logged_at_once_then_summarised_per_interval(

@@ -244,6 +244,8 @@ async def test_the_wired_server_bootstraps_distributes_and_injects(
     chain with the manifests' configuration)."""
     devcluster.ensure_namespace(HERE)
     devcluster.create_trainjob(NS, TJ)
+    # Its JobSet and Job, in the server's caches by the time the pod posts.
+    job = devcluster.create_trainjob_job(NS, TJ)
     devcluster.create("serviceaccounts", {"metadata": {"name": "trainer"}}, NS)
     tls_dir = tmp_path / "tls"
     wired = replace(
@@ -259,7 +261,7 @@ async def test_the_wired_server_bootstraps_distributes_and_injects(
     async with StatusServer(wired, auth) as server, aiohttp.ClientSession() as session:
         await auth.wait_ready()
         ca = ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
-        original = pod(labels={ANCESTOR: "trainer"})
+        original = pod(labels={ANCESTOR: "trainer"}, owner=job)
         async with session.post(
             server.url + INJECT_PATH, json=review(original), ssl=ca, server_hostname=SERVICE_HOST
         ) as response:

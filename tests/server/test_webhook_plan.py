@@ -266,3 +266,12 @@ def test_the_jobset_cache_keeps_only_what_the_selector_reads() -> None:
         },
     }
     assert injection.step_labels(view, "node") == {ANCESTOR: "trainer"}
+    # Its controller (the TrainJob) is kept too, for the pod binding's owner chain.
+    owner = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": TJ}
+    full["metadata"]["ownerReferences"] = [
+        {**owner, "uid": "t-0", "controller": False},
+        {**owner, "uid": "t-1", "controller": True, "blockOwnerDeletion": True},
+    ]
+    assert injection.jobset_view(full, selector.keys)["metadata"]["ownerReferences"] == [
+        {"kind": "TrainJob", "name": TJ, "uid": "t-1", "controller": True}
+    ]

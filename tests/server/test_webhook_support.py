@@ -23,6 +23,7 @@ import yaml
 from aiohttp import web
 
 from trainjob_devcluster.patches import PatchError, json_patch
+from trainjob_devcluster.workloads import controller_reference
 from trainjob_status.contract import ANCESTOR_STEP_LABEL as ANCESTOR
 from trainjob_status.contract import JOBSET_NAME_LABEL as JOBSET_LABEL
 from trainjob_status_server.kube.client import KubeClient
@@ -243,18 +244,23 @@ def pod(
     rjob: str | None = "node",
     labels: dict[str, str] | None = None,
     containers: list[dict[str, Any]] | None = None,
+    owner: dict[str, Any] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
-    """A pod as the Job controller creates it for a TrainJob's JobSet."""
+    """A pod as the Job controller creates it for a TrainJob's JobSet (the Job ``owner``,
+    as stored, its controller when given)."""
     all_labels = dict(labels or {})
     if trainjob is not None:
         all_labels[JOBSET_LABEL] = trainjob
     if rjob is not None:
         all_labels[RJOB_LABEL] = rjob
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "labels": all_labels}
+    if owner is not None:
+        meta["ownerReferences"] = [controller_reference(owner)]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": all_labels},
+        "metadata": meta,
         "spec": {
             "serviceAccountName": "trainer",
             "containers": containers or [{"name": "node", "image": "pytorch/pytorch"}],

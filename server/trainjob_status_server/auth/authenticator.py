@@ -22,9 +22,10 @@ class Identity(NamedTuple):
 
 class Authenticator(Protocol):
     async def authenticate(
-        self, authorization: str | None, namespace: str, trainjob: str
+        self, authorization: str | None, namespace: str, trainjob: str, source: str = ""
     ) -> Identity:
-        """The caller's identity for a post to ``namespace/trainjob``; raises a
+        """The caller's identity for a post to ``namespace/trainjob`` from the address
+        ``source`` (what it may cause is limited per address); raises a
         ``failures.Failure`` when it may not post there (``AuthFailure``), not now
         (``RateLimited``) or cannot be told (``Unavailable``)."""
         ...

@@ -37,6 +37,7 @@ from ..kube.store import ADDED, DELETED, CacheEvent
 from ..kube.views import pod_view
 from . import failures
 from .failures import AuthFailure
+from .ownership import OwnerChain
 
 MEMBERSHIP_LABEL = JOBSET_NAME_LABEL
 TRAINJOB_PODS = MEMBERSHIP_LABEL  # the selector: every pod that has the label
@@ -121,9 +122,11 @@ class PodBinding:
         grace: float = 1.0,
         max_departed: int = 65_536,
         max_negative: int = 10_000,
+        owners: OwnerChain | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
+        self.owners = owners
         self.pods = WatchCache(
             watch if watch is not None else kube,
             PODS,
@@ -147,6 +150,8 @@ class PodBinding:
 
     async def start(self) -> None:
         await self.pods.start()
+        if self.owners is not None:
+            await self.owners.start()
 
     async def stop(self) -> None:
         fetches = list(self._fetches.values())
@@ -156,6 +161,8 @@ class PodBinding:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.pods.stop()
+        if self.owners is not None:
+            await self.owners.stop()
 
     def _on_event(self, event: CacheEvent) -> None:
         old_uid = uid_of(event.old) if event.old is not None else ""
@@ -183,6 +190,7 @@ class PodBinding:
         if pod is None or _meta(pod).get("uid") != uid:
             pod = await self._resolve(namespace, name, uid, pod)
         self._judge(pod, uid, trainjob, now)
+        await self._owned(namespace, pod, trainjob)
         return None if "deletionTimestamp" in _meta(pod) else pod
 
     def still_fit(self, namespace: str, name: str, fit: Obj | None) -> bool:
@@ -196,17 +204,21 @@ class PodBinding:
     ) -> None:
         """Refuse what the pod cache alone can refuse, for a token no one has vouched
         for yet (before a TokenReview): a uid the watch saw leave, a pod the watch does
-        not show within ``grace`` seconds, the pod with that uid judged unfit. A pod the
-        cache holds with another uid passes: the cache may trail a recreation, and the
-        review and ``check`` decide. Never a request."""
+        not show with that uid within ``grace`` seconds (the cache may trail a
+        recreation by a moment: it is given that long), the pod with that uid judged
+        unfit. Never a request: a forged token naming a live pod with the wrong uid
+        costs no review."""
         if uid in self._departed:
             raise AuthFailure(judge_departed(self.pods.get(namespace, name)))
-        pod = await self.pods.wait_for(namespace, name, self.grace)
+        pod = await self.pods.wait_for(
+            namespace, name, self.grace, fits=lambda held: uid_of(held) == uid
+        )
         if pod is None:
             raise AuthFailure(failures.POD_GONE)
         if uid_of(pod) != uid:
-            return
+            raise AuthFailure(failures.POD_UID)
         self._judge(pod, uid, trainjob, now)
+        await self._owned(namespace, pod, trainjob)
 
     def _judge(self, pod: Obj, uid: str, trainjob: str, now: float) -> None:
         reason = judge_pod(
@@ -219,6 +231,16 @@ class PodBinding:
         )
         if reason is not None:
             raise AuthFailure(reason)
+
+    async def _owned(self, namespace: str, pod: Obj, trainjob: str) -> None:
+        """Refuses a pod whose owner chain does not lead to ``trainjob`` (ownership mode;
+        only when membership is required at all)."""
+        if (
+            self.require_membership
+            and self.owners is not None
+            and not await self.owners.owns(namespace, pod, trainjob)
+        ):
+            raise AuthFailure(failures.NOT_OWNED)
 
     async def _resolve(self, namespace: str, name: str, uid: str, held: Obj | None) -> Obj:
         if uid in self._departed:

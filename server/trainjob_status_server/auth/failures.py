@@ -33,8 +33,9 @@ AUDIENCE = "audience"  # aud does not name this TrainJob's status
 NAMESPACE = "namespace"  # kubernetes.io.namespace is not the URL's namespace
 NO_POD = "no_pod"  # no kubernetes.io.pod binding (refused unless --allow-unbound-tokens)
 NOT_MEMBER = "not_member"  # the pod's jobset-name label is not this TrainJob
+NOT_OWNED = "not_owned"  # its Job, JobSet and TrainJob are not this TrainJob's, by uid
 
-FORBIDDEN_REASONS = frozenset({AUDIENCE, NAMESPACE, NO_POD, NOT_MEMBER})
+FORBIDDEN_REASONS = frozenset({AUDIENCE, NAMESPACE, NO_POD, NOT_MEMBER, NOT_OWNED})
 UNAUTHORIZED_REASONS = frozenset(
     {
         NO_TOKEN,

@@ -59,3 +59,12 @@ class ServiceAccountLimiter:
         if bucket.try_take():
             return None
         return retry_after_seconds(bucket.delay())
+
+
+class SourceLimiter(ServiceAccountLimiter):
+    """What one source address may cause that costs an API request (a review of a token
+    nothing vouches for yet): ``rate`` per second, bursts of ``burst``, per address.
+    Anyone who can reach a port makes such requests with made-up tokens, each distinct
+    so no cache answers it; many addresses still share the budget behind the limiter,
+    but no one address can spend it. At most ``max_buckets`` addresses are tracked,
+    the least recently seen forgotten (its bucket most likely full again)."""

@@ -54,6 +54,15 @@ class AuthSettings:
     renews a projected token at 80% of its life, so a pod has at most two live tokens:
     this covers 5,000 posting pods per replica."""
 
+    review_source_rate: float = 2.0
+    """TokenReviews per second one source address may cause (``--token-review``), for
+    tokens no cache vouches for yet: a pod's first post, then one per token renewal
+    (hourly). A node's pods share their node's address on host network or behind SNAT:
+    64 of them starting at once fit ``review_source_burst`` and two seconds."""
+
+    review_source_burst: int = 32
+    """TokenReviews one source address may cause at once."""
+
     negative_cache_seconds: float = 10.0
     """How long a refusal that took an API request (pod not found, TokenReview said
     no) is remembered, so a stale token retried in a loop costs one request per

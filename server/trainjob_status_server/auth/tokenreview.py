@@ -116,6 +116,10 @@ class TokenReviewer:
                 raise AuthFailure(refused[0])
             del self._refused[digest]
 
+    def asking(self, digest: bytes) -> bool:
+        """Whether a review of ``digest`` is in flight (a caller would share it)."""
+        return digest in self._inflight
+
     async def review(self, token: str, digest: bytes, audience: str, facts: TokenFacts) -> None:
         """Return when the API server vouches for ``token`` (with ``facts``); raise
         AuthFailure when it does not, ``Unavailable`` when it cannot answer

@@ -8,8 +8,9 @@ cache the claims; check the claims against the URL's TrainJob; check the bound p
 the pod watch cache; spend a token of the service account's bucket. Nothing before a
 verified signature can cause a Kubernetes API call (TokenReview mode: nothing before the
 claims pass, the digest is not a refusal remembered from the last ``negative_ttl``
-seconds, the pod cache shows the bound pod with its uid in the TrainJob, and the claimed
-service account's bucket has paid for the post).
+seconds, the pod cache shows the bound pod with its uid in the TrainJob, the claimed
+service account's bucket has paid for the post, and the source address's review bucket
+for the review).
 
 The cached path is a hash, the entry's look-up and key, the time checks when the token
 passed the others for this TrainJob before, the pod cache's look-up (no judgement while
@@ -30,6 +31,7 @@ from trainjob_status.contract import audience as audience_for
 
 from ..failures import RateLimited, Unavailable
 from ..kube.backoff import Backoff
+from ..kube.cache import WatchCache
 from ..kube.client import KubeClient
 from ..metrics.selfmetrics import AUTH_FAILURES, RATE_LIMITED
 from .authenticator import Identity
@@ -40,7 +42,8 @@ from .failures import AuthFailure
 from .issuer import DISCOVERY_PATH, discover_issuer, own_token_issuer
 from .jwks import JWKS_ACCEPT, JWKS_PATH, KeyStore
 from .keys import KeySet
-from .ratelimit import ServiceAccountLimiter
+from .ownership import OwnerChain
+from .ratelimit import ServiceAccountLimiter, SourceLimiter
 from .settings import AuthSettings
 from .signature import SignatureVerifier, allowed_algorithm, header_of
 from .tokencache import Admission, TokenCache, Verified
@@ -76,6 +79,12 @@ class TokenAuthenticator:
         self.limiter = ServiceAccountLimiter(
             settings.sa_rate_limit,
             settings.sa_rate_burst,
+            max_buckets=settings.sa_max_buckets,
+            clock=monotonic,
+        )
+        self.sources = SourceLimiter(
+            settings.review_source_rate,
+            settings.review_source_burst,
             max_buckets=settings.sa_max_buckets,
             clock=monotonic,
         )
@@ -115,19 +124,35 @@ class TokenAuthenticator:
             await self.keys.loaded.wait()
         await self.binding.pods.wait_synced()
 
-    async def start(self, kube: KubeClient, watch: KubeClient | None = None) -> None:
+    async def start(
+        self,
+        kube: KubeClient,
+        watch: KubeClient | None = None,
+        trainjobs: WatchCache | None = None,
+        jobsets: WatchCache | None = None,
+    ) -> None:
         """Launch issuer discovery, the JWKS refresh loop and the pod cache; returns at
         once (``ready`` tells when they have loaded). ``kube`` serves what a post may
         need asked (TokenReview, JWKS, a pod the cache lacks): give it a budget of its
         own, with a wait limit, so token checks and status writes cannot starve each
-        other. ``watch`` (default ``kube``) lists and watches the pods."""
+        other. ``watch`` (default ``kube``) lists and watches the pods. With the server's
+        TrainJob cache, ``trainjobs``, pods are bound by ownership where Jobs and JobSets
+        can be listed (``ownership.OwnerChain``, reading ``jobsets`` when given: a JobSet
+        cache started elsewhere whose view keeps the controller); without it, by their
+        label only."""
         if self.binding is not None:
             return
         settings = self.settings
         self.api = kube
+        owners = (
+            OwnerChain(watch if watch is not None else kube, trainjobs, jobsets=jobsets)
+            if trainjobs is not None and settings.require_pod_membership
+            else None
+        )
         self.binding = PodBinding(
             kube,
             watch=watch,
+            owners=owners,
             label_selector=settings.pod_selector,
             require_membership=settings.require_pod_membership,
             leeway=settings.leeway,
@@ -190,10 +215,12 @@ class TokenAuthenticator:
     # -- the request path ------------------------------------------------------------------
 
     async def authenticate(
-        self, authorization: str | None, namespace: str, trainjob: str
+        self, authorization: str | None, namespace: str, trainjob: str, source: str = ""
     ) -> Identity:
         """The poster's identity, or a refusal: ``AuthFailure``, ``RateLimited`` over the
-        service account's rate, ``Unavailable`` when a needed API answer is missing."""
+        service account's rate (or, before a TokenReview, over the reviews the source
+        address ``source`` may cause), ``Unavailable`` when a needed API answer is
+        missing."""
         binding, keys = self.binding, self.keys
         if binding is None or not (self._open or self._opened()):
             raise Unavailable()
@@ -207,7 +234,7 @@ class TokenAuthenticator:
             if entry is None or (
                 entry.key is not None and (keys is None or entry.key not in keys.keys)
             ):
-                entry, charged = await self._verify(token, digest, namespace, trainjob, now)
+                entry, charged = await self._verify(token, digest, namespace, trainjob, now, source)
             admission = self._admit(entry, namespace, trainjob, now)
             facts = entry.facts
             pod, uid = facts.pod_name, facts.pod_uid
@@ -266,6 +293,17 @@ class TokenAuthenticator:
             log.info("post rate-limited", extra=fields)
             raise RateLimited(wait)
 
+    def _charge_source(self, source: str, namespace: str, trainjob: str) -> None:
+        """Spend a review of ``source``'s bucket, or raise RateLimited."""
+        wait = self.sources.take(source)
+        if wait is not None:
+            RATE_LIMITED.inc()
+            log.info(
+                "post rate-limited: reviews of its source address",
+                extra={"trainjob": f"{namespace}/{trainjob}", "source": source},
+            )
+            raise RateLimited(wait)
+
     def _check(self, facts: TokenFacts, audience: str, namespace: str, now: float) -> None:
         check_facts(
             facts,
@@ -278,7 +316,7 @@ class TokenAuthenticator:
         )
 
     async def _verify(
-        self, token: str, digest: bytes, namespace: str, trainjob: str, now: float
+        self, token: str, digest: bytes, namespace: str, trainjob: str, now: float, source: str
     ) -> tuple[Verified, bool]:
         """The verified entry, and whether the post was charged to its service account
         on the way (before a TokenReview)."""
@@ -307,6 +345,9 @@ class TokenAuthenticator:
             assert facts.subject is not None  # check_facts has made sure of it
             self._charge(facts.subject, namespace, trainjob, verified=False)
             charged = True
+            if not self.reviewer.asking(digest):
+                # A review already asked for costs no more; a new one is the source's.
+                self._charge_source(source, namespace, trainjob)
             await self.reviewer.review(token, digest, audience, facts)
             key = None
         until = (facts.expires if facts.expires is not None else -1.0) + self.settings.leeway

@@ -59,7 +59,7 @@ class StatusEndpoint:
         except codings.UnsupportedCoding as exc:
             raise errors.unsupported_coding(str(exc), codings.ACCEPTED) from None
         request[POSTER] = await self.authenticator.authenticate(
-            request.headers.get("Authorization"), namespace, name
+            request.headers.get("Authorization"), namespace, name, request.remote or ""
         )
         raw = await read_body(request, MAX_BODY_BYTES, self.read_timeout, coding)
         payload = validation.decode_payload(raw)

@@ -1,19 +1,22 @@
 """A TCP listener for an aiohttp runner that bounds what each connection may hold: slots
-(``slots.Slots``: a cap in all and per source address, idle keep-alive connections
-closed to make room), a deadline for the first request, a bound on each request's head
+(``slots.Slots``: a cap in all and per source address; connections that have not sent
+their first request's headers, then idle keep-alive ones, closed to make room), a
+deadline for the first request, a bound on each request's head
 (``protocol.StatusRequestHandler``) and a write timeout. The development cluster's own
 HTTP server uses the same deadline and TLS layer (``FirstRequestDeadline``,
 ``tls_protocol``).
 
-Connections beyond the caps are closed as soon as they arrive, before their TLS
-handshake, instead of queueing inside the server: a flood of idle or slow clients cannot
-starve the pods that report. aiohttp times a connection out only between requests (its
-keep-alive timer starts after a response), so a client that connects and then sends
-nothing, or its headers a byte at a time, would hold a slot for ever; here a connection
-whose first request's headers have not all arrived ``header_timeout`` seconds after it
-opened is closed. A client that stops reading its answers would hold its slot for ever
-too (the answer waits to be sent): a connection whose writes stay paused for
-``write_timeout`` seconds is closed.
+A connection beyond the caps for which no other can be closed is closed as soon as it
+arrives, before its TLS handshake, instead of queueing inside the server: a flood of
+idle or slow clients cannot starve the pods that report. aiohttp times a connection out
+only between requests (its keep-alive timer starts after a response), so a client that
+connects and then sends nothing, or its headers a byte at a time, would hold a slot for
+ever; here a connection whose first request's headers have not all arrived
+``first_request_timeout`` seconds after it opened (after its TLS handshake, itself
+bounded by that time) is closed, and until then it is the first a newcomer may close. A
+client that stops reading its answers would hold its slot for ever too (the answer waits
+to be sent): a connection whose writes stay paused for ``write_timeout`` seconds is
+closed.
 
 TLS is layered here rather than by ``create_server(ssl=...)`` for one reason: memory.
 asyncio gives every TLS connection a receive buffer of its own (``SSLProtocol.max_size``,
@@ -56,7 +59,8 @@ class FirstRequestDeadline(asyncio.Protocol):
     the connection if the first request's headers (up to the blank line that ends them)
     are not in within ``seconds`` of the connection being made, or, with
     ``write_timeout``, if its writes stay paused (the client reads nothing) that long.
-    ``closed`` is told why it closed one."""
+    ``closed`` is told why it closed one, ``started`` when the first request's headers
+    are in."""
 
     def __init__(
         self,
@@ -65,12 +69,14 @@ class FirstRequestDeadline(asyncio.Protocol):
         *,
         write_timeout: float | None = None,
         closed: Callable[[str], None] = _ignore,
+        started: Callable[[], None] = lambda: None,
     ) -> None:
         self.inner = inner
         self.seconds = seconds
         self.write_timeout = write_timeout
         self.timed_out = False
         self._closed = closed
+        self._started = started
         self._transport: asyncio.BaseTransport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._write_timer: asyncio.TimerHandle | None = None
@@ -95,6 +101,7 @@ class FirstRequestDeadline(asyncio.Protocol):
             if _END_OF_HEADERS in seen:
                 self._waiting = False
                 self._cancel()
+                self._started()
             else:
                 self._tail = seen[-3:]
         self.inner.data_received(data)
@@ -190,7 +197,8 @@ class Limits:
 
     max_connections: int
     max_connections_per_ip: int
-    header_timeout: float
+    first_request_timeout: float  # TLS handshake, then the first request's headers
+    header_timeout: float  # each later request's headers, from their first byte
     write_timeout: float
     max_head_bytes: int
 
@@ -235,6 +243,10 @@ class _Admitted:
         self.seat = seat
         self.heap.opened(len(self.slots))
         return True
+
+    def started(self) -> None:
+        if self.seat is not None:
+            self.slots.started(self.seat)
 
     def release(self) -> None:
         if self.seat is not None:
@@ -298,7 +310,7 @@ class CappedSite(web.BaseSite):
             limits.max_connections,
             limits.max_connections_per_ip,
             refused=refused,
-            evicted=lambda: self._closed("idle_evicted"),
+            evicted=self._closed,
         )
         self.heap = HeapTrim()
 
@@ -344,17 +356,19 @@ class CappedSite(web.BaseSite):
             if tls is None:
                 plain = _AdmittedPlain(
                     handler,
-                    limits.header_timeout,
+                    limits.first_request_timeout,
                     write_timeout=limits.write_timeout,
                     closed=self._closed,
+                    started=admitted.started,
                 )
                 plain.admitted = admitted
                 return plain
             app = FirstRequestDeadline(
                 handler,
-                limits.header_timeout,
+                limits.first_request_timeout,
                 write_timeout=limits.write_timeout,
                 closed=self._closed,
+                started=admitted.started,
             )
             outer = _AdmittedTLS(
                 loop,
@@ -362,7 +376,7 @@ class CappedSite(web.BaseSite):
                 tls,
                 None,  # no waiter: nothing awaits the handshake
                 server_side=True,
-                ssl_handshake_timeout=limits.header_timeout,
+                ssl_handshake_timeout=limits.first_request_timeout,
             )
             outer.admitted = admitted
             return outer

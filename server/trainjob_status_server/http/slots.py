@@ -1,9 +1,21 @@
 """Who may hold a connection slot of a listener: at most ``max_total`` connections, at
-most ``max_per_address`` from one source address. When a new connection finds no free
-slot, the oldest connection that sits idle between requests is closed to make room (it
-loses nothing: a client reopens one when it next posts); only when none is idle is the
-new one refused. A client that opens connections and leaves them idle after one request
-therefore cannot lock out others, and one source address cannot take every slot.
+most ``max_per_address`` from one source address.
+
+When a new connection finds no free slot, one already open is closed to make room, in
+this order:
+
+1. a *fresh* connection, one whose first request's headers are not all in yet
+   (connected and silent, through its TLS handshake and silent, or dripping its head):
+   at the per-address cap the oldest of that address; at the total cap the oldest of the
+   address holding the most fresh connections (the oldest of all between equals). A
+   crowd of strangers that never send a request therefore only ever evicts itself: a
+   client that connects and sends at once is the newest of an address holding one, and
+   its request is in before the crowd reaches it;
+2. else a connection idle between two requests of a keep-alive connection, the oldest
+   (of that address at the per-address cap): it loses nothing, its client reopens one
+   when it next sends;
+3. else none: a connection whose request is in progress is never closed for a
+   newcomer, which is refused instead.
 """
 
 from __future__ import annotations
@@ -19,6 +31,10 @@ log = logging.getLogger(__name__)
 PER_ADDRESS = "max_connections_per_ip"
 TOTAL = "max_connections"
 
+# Why an open connection was closed to make room (the closed-connections metric's reason).
+FRESH_EVICTED = "fresh_evicted"
+IDLE_EVICTED = "idle_evicted"
+
 
 class Occupant(Protocol):
     @property
@@ -31,13 +47,16 @@ class Occupant(Protocol):
 
 
 class Slots:
+    """The slots of one listener (pure bookkeeping: closing is the occupant's own
+    ``evict``). ``started`` tells it an occupant's first request's headers are in."""
+
     def __init__(
         self,
         max_total: int,
         max_per_address: int,
         *,
         refused: Callable[[str, str], None] = lambda _reason, _address: None,
-        evicted: Callable[[], None] = lambda: None,
+        evicted: Callable[[str], None] = lambda _reason: None,
     ) -> None:
         self.max_total = max_total
         self.max_per_address = max_per_address
@@ -45,6 +64,9 @@ class Slots:
         self._evicted = evicted
         self._open: dict[Occupant, str] = {}  # insertion order: oldest first
         self._per_address: Counter[str] = Counter()
+        # Fresh occupants by address, each with its admission number (oldest first).
+        self._fresh: dict[str, dict[Occupant, int]] = {}
+        self._admitted = 0
 
     def __len__(self) -> int:
         return len(self._open)
@@ -52,35 +74,72 @@ class Slots:
     def count(self, address: str) -> int:
         return self._per_address[address]
 
+    def fresh(self, address: str) -> int:
+        """Connections from ``address`` whose first request's headers are not in."""
+        return len(self._fresh.get(address, ()))
+
     def admit(self, occupant: Occupant, address: str) -> str | None:
-        """Takes a slot for ``occupant``; the reason it may not have one otherwise."""
-        if self._per_address[address] >= self.max_per_address and not self._evict_idle(address):
+        """Takes a slot for ``occupant`` (fresh); the reason it may not have one otherwise."""
+        if self._per_address[address] >= self.max_per_address and not self._make_room(address):
             self._refused(PER_ADDRESS, address)
             return PER_ADDRESS
-        if len(self._open) >= self.max_total and not self._evict_idle(None):
+        if len(self._open) >= self.max_total and not self._make_room(None):
             self._refused(TOTAL, address)
             return TOTAL
         self._open[occupant] = address
         self._per_address[address] += 1
+        self._admitted += 1
+        self._fresh.setdefault(address, {})[occupant] = self._admitted
         return None
+
+    def started(self, occupant: Occupant) -> None:
+        """``occupant``'s first request's headers are in: it is no longer fresh."""
+        address = self._open.get(occupant)
+        if address is not None:
+            self._forget_fresh(occupant, address)
 
     def release(self, occupant: Occupant) -> None:
         """Frees ``occupant``'s slot, if it holds one."""
         address = self._open.pop(occupant, None)
         if address is not None:
+            self._forget_fresh(occupant, address)
             self._per_address[address] -= 1
             if not self._per_address[address]:
                 del self._per_address[address]
 
-    def _evict_idle(self, address: str | None) -> bool:
-        """Closes the oldest idle connection (from ``address`` if given)."""
+    def _forget_fresh(self, occupant: Occupant, address: str) -> None:
+        held = self._fresh.get(address)
+        if held is not None and held.pop(occupant, None) is not None and not held:
+            del self._fresh[address]
+
+    def _make_room(self, address: str | None) -> bool:
+        """Closes one connection (of ``address`` if given) by the rules above."""
+        victim = self._fresh_victim(address)
+        reason = FRESH_EVICTED
+        if victim is None:
+            victim, reason = self._idle_victim(address), IDLE_EVICTED
+        if victim is None:
+            return False
+        self.release(victim)
+        victim.evict()
+        self._evicted(reason)
+        return True
+
+    def _fresh_victim(self, address: str | None) -> Occupant | None:
+        if address is not None:
+            held = self._fresh.get(address)
+        elif self._fresh:
+            # The address holding the most; between equals, the oldest connection.
+            held = max(self._fresh.values(), key=lambda h: (len(h), -next(iter(h.values()))))
+        else:
+            held = None
+        return next(iter(held)) if held else None
+
+    def _idle_victim(self, address: str | None) -> Occupant | None:
         for occupant, source in self._open.items():
             if (address is None or source == address) and occupant.idle:
-                self.release(occupant)
-                occupant.evict()
-                self._evicted()
-                return True
-        return False
+                return occupant
+        return None
 
 
 class RefusalLog:

@@ -137,11 +137,19 @@ class WatchCache:
         """Every cached object (read-only, as for ``get``)."""
         return self._store.objects()
 
-    async def wait_for(self, namespace: str, name: str, grace: float) -> Obj | None:
+    async def wait_for(
+        self,
+        namespace: str,
+        name: str,
+        grace: float,
+        fits: Callable[[Obj], bool] | None = None,
+    ) -> Obj | None:
         """The cached object, or the one the watch brings within ``grace`` seconds
         (the first list included), or None; never a request of its own. For callers
         that learn of an object from something its creation caused (a pod of a
-        TrainJob's JobSet) a moment before the watch may deliver it."""
+        TrainJob's JobSet) a moment before the watch may deliver it. With ``fits``, an
+        object it rejects is waited past as if absent (and returned when the time is
+        up): a recreation the watch has not shown yet."""
         key = (namespace, name)
         if self.namespace is not None and namespace != self.namespace:
             return None
@@ -149,7 +157,7 @@ class WatchCache:
             async with asyncio.timeout(grace):
                 while True:
                     held = self._store.get(key)
-                    if held is not None or self.unavailable:
+                    if (held is not None and (fits is None or fits(held))) or self.unavailable:
                         return held
                     # Woken by an event for this key, a relist, or the resource
                     # turning out to be unavailable; then looked at again.

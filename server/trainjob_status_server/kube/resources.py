@@ -64,6 +64,8 @@ MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
 # What the Trainer turns a TrainJob into (same name); its replicated jobs carry the
 # ``trainer.kubeflow.org/trainjob-ancestor-step`` label the pods themselves lack.
 JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
+# What a JobSet makes of each replicated job, and the pods' controller.
+JOBS = Resource("batch", "v1", "jobs", "Job")
 
 
 def key_of(obj: Obj) -> Key:

@@ -116,9 +116,29 @@ def condition_pairs(items: list[Any]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def pod_view(obj: Obj, labels: tuple[str, ...]) -> Obj:
-    """A pod as the token checks need it: identity, deletion and the ``labels`` named."""
+def keep_controller(obj: Obj, meta: dict[str, Any]) -> None:
+    """Keeps, in ``meta``, the controller entry of ``obj``'s ownerReferences (kind, name,
+    uid): the link of an owner chain."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            kept = {field: _shared(ref[field]) for field in ("kind", "name", "uid") if field in ref}
+            meta["ownerReferences"] = [{**kept, "controller": True}]
+            return
+
+
+def owned_view(obj: Obj) -> Obj:
+    """A Job or JobSet as the owner chain needs it: identity and its controller."""
     meta = _metadata(obj)
+    keep_controller(obj, meta)
+    return {"metadata": meta}
+
+
+def pod_view(obj: Obj, labels: tuple[str, ...]) -> Obj:
+    """A pod as the token checks need it: identity, deletion, its controller and the
+    ``labels`` named."""
+    meta = _metadata(obj)
+    keep_controller(obj, meta)
     held = (obj.get("metadata") or {}).get("labels")
     if isinstance(held, dict):
         # Interned: the keys are the same for every pod, the values (TrainJob names)

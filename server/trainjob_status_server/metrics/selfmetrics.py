@@ -59,6 +59,13 @@ UPDATES_DROPPED = Counter(
 for _reason in DROP_REASONS:
     UPDATES_DROPPED.labels(_reason)  # every series exists from the start, at 0
 PENDING_WRITES = Gauge("trainjob_status_pending_writes", "TrainJobs with an update to write.")
+POD_BINDING_MODE = Gauge(
+    "trainjob_status_pod_binding_mode",
+    "1 for the way a post's pod is bound to its TrainJob now: ownership (the pod's Job,"
+    " JobSet and TrainJob by uid) or labels (the jobset-name label alone, where Jobs or"
+    " JobSets cannot be listed); 0 for the other.",
+    ["mode"],
+)
 WRITE_FRESHNESS = Histogram(
     "trainjob_status_write_freshness_seconds",
     "Time from a post's acceptance to its update being written.",
@@ -124,14 +131,16 @@ for _reason in NAME_REFUSALS:
 CONNECTIONS_REFUSED = Counter(
     "trainjob_status_connections_refused",
     "Connections closed on arrival, by listener (serving, metrics, probes) and reason:"
-    " max_connections (no free slot, none idle) or max_connections_per_ip (the source"
-    " address holds --max-connections-per-ip, none idle).",
+    " max_connections (no free slot, none fresh or idle to close) or max_connections_per_ip"
+    " (the source address holds --max-connections-per-ip, none of them fresh or idle).",
     ["listener", "reason"],
 )
 CONNECTIONS_CLOSED = Counter(
     "trainjob_status_connections_closed",
     "Open connections the server closed, by listener and reason: header_timeout (the first"
-    " request's headers not in within --read-timeout), write_timeout (answers unread for"
-    " --write-timeout), idle_evicted (idle keep-alive closed to make room for a new one).",
+    " request's headers not in within --first-request-timeout, a later one's within"
+    " --read-timeout), write_timeout (answers unread for --write-timeout), fresh_evicted (no"
+    " first request's headers yet, closed to make room for a new one), idle_evicted (idle"
+    " keep-alive closed to make room for a new one).",
     ["listener", "reason"],
 )

@@ -38,6 +38,8 @@ from trainjob_status.contract import (
     status_path,
 )
 
+from ..kube.views import keep_controller
+
 MOUNT_PATH = "/var/run/secrets/kubeflow/trainer"
 VOLUME_NAME = "kubeflow-trainer-token"  # the peer's name for the same volume
 CA_KEY = "ca.crt"
@@ -173,11 +175,13 @@ def step_labels(jobset: Mapping[str, Any], replicated_job: str) -> dict[str, str
 
 
 def jobset_view(jobset: Mapping[str, Any], label_keys: frozenset[str]) -> dict[str, Any]:
-    """What the injector keeps of a JobSet: its identity and, per replicated job, the
-    name and those template labels the selector reads (``label_keys``)."""
+    """What the injector keeps of a JobSet: its identity, its controller (the TrainJob:
+    the pod binding's owner chain reads it from the same cache) and, per replicated job,
+    the name and those template labels the selector reads (``label_keys``)."""
     meta = jobset.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     kept_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
+    keep_controller(dict(jobset), kept_meta)
     steps = []
     for rjob in (jobset.get("spec") or {}).get("replicatedJobs") or []:
         if not isinstance(rjob, dict) or not isinstance(rjob.get("name"), str):

@@ -1,0 +1,91 @@
+"""What the Trainer, JobSet and Job controllers make for a TrainJob, made by hand on any
+API server handle: the JobSet owned by the TrainJob, a Job owned by the JobSet, a pod
+owned by the Job. Both the development cluster and the real control plane use it, so a
+test's pods have the same owner chain on either."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from trainjob_status import contract
+
+Obj = dict[str, Any]
+
+JOBSET_GROUP = "jobset.x-k8s.io"
+JOBSET_STEP_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+
+
+class Handle(Protocol):
+    """The calls of an API server handle this module needs."""
+
+    def get(self, plural: str, namespace: str, name: str, group: str = "") -> Obj | None: ...
+
+    def create(self, plural: str, obj: Obj, namespace: str = "", group: str = "") -> Obj: ...
+
+
+def controller_reference(owner: Obj) -> Obj:
+    """The ownerReferences entry a controller puts on what it makes of ``owner``."""
+    meta = owner["metadata"]
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def pod_body(
+    name: str, service_account: str, labels: dict[str, str] | None, owner: Obj | None
+) -> Obj:
+    """A pod of one container; ``owner`` (an object as stored) becomes its controller."""
+    meta: Obj = {"name": name, "labels": labels or {}}
+    if owner is not None:
+        meta["ownerReferences"] = [controller_reference(owner)]
+    return {
+        "metadata": meta,
+        "spec": {
+            "serviceAccountName": service_account,
+            "containers": [{"name": "trainer", "image": "busybox"}],
+        },
+    }
+
+
+def trainjob_job(
+    api: Handle, namespace: str, trainjob: str, replicated_job: str = "node", index: int = 0
+) -> Obj:
+    """The Job ``<trainjob>-<replicated_job>-<index>`` of TrainJob ``trainjob`` (which must
+    exist), owned by the JobSet ``trainjob``, itself owned by the TrainJob; both made if
+    missing."""
+    found = api.get(contract.RESOURCE, namespace, trainjob, contract.GROUP)
+    if found is None:
+        raise KeyError(f"trainjob {namespace}/{trainjob} not found")
+    labels = {contract.JOBSET_NAME_LABEL: trainjob}
+    jobset = api.get("jobsets", namespace, trainjob, JOBSET_GROUP)
+    if jobset is None:
+        body: Obj = {
+            "metadata": {"name": trainjob, "ownerReferences": [controller_reference(found)]},
+            "spec": {"replicatedJobs": [{"name": replicated_job}]},
+        }
+        jobset = api.create("jobsets", body, namespace, JOBSET_GROUP)
+    job_name = f"{trainjob}-{replicated_job}-{index}"
+    job = api.get("jobs", namespace, job_name, "batch")
+    if job is None:
+        job_body: Obj = {
+            "metadata": {
+                "name": job_name,
+                "labels": {**labels, JOBSET_STEP_LABEL: replicated_job},
+                "ownerReferences": [controller_reference(jobset)],
+            },
+            "spec": {
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": "i"}],
+                    }
+                }
+            },
+        }
+        job = api.create("jobs", job_body, namespace, "batch")
+    return job

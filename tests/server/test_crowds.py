@@ -1,0 +1,170 @@
+"""Many strangers, not one: crowds from many source addresses (127.0.0.x) that hold
+connections and never send a request (connected and silent, through TLS and silent,
+or dripping a head), reopening each one the moment the server closes it. Posts from
+another address, a new scrape and the kubelet's probes still get their answers: a
+newcomer closes a connection that has sent nothing, of the address holding the most.
+Scaled-down versions of the attack ``bench/crowds.py`` runs at full size."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+from types import TracebackType
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_devcluster.testing import eventually
+from trainjob_status_server.app import StatusServer
+from trainjob_status_server.config import Config
+
+from .conftest import GROUP, NS, ServingCerts, with_changes
+from .test_connections import address, answer, closed_count, connect, head, post
+
+VARIANTS = ("connect-only", "tls-only", "slow-headers")
+
+
+class Crowd:
+    """``per_address`` connections from each of ``addresses``, each reopened when closed."""
+
+    def __init__(
+        self,
+        url: str,
+        tls: ssl.SSLContext | None,
+        variant: str,
+        addresses: list[str],
+        per_address: int,
+    ) -> None:
+        self.host, self.port = address(url)
+        self.tls = tls
+        self.variant = variant
+        self.sources = [s for s in addresses for _ in range(per_address)]
+        self.opened = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> Crowd:
+        self._tasks = [asyncio.create_task(self._member(s)) for s in self.sources]
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _member(self, source: str) -> None:
+        while True:
+            writer: asyncio.StreamWriter | None = None
+            try:
+                tls = None if self.variant == "connect-only" else self.tls
+                reader, writer = await asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    ssl=tls,
+                    server_hostname="localhost" if tls else None,
+                    local_addr=(source, 0),
+                )
+                self.opened += 1
+                if self.variant == "slow-headers":
+                    await self._drip(reader, writer)
+                else:
+                    await reader.read()  # until the server closes it
+            except (OSError, ssl.SSLError):
+                pass
+            finally:
+                if writer is not None:
+                    writer.close()
+            # The attack at full speed is the bench's; here it only has to keep up.
+            await asyncio.sleep(0.02)
+
+    @staticmethod
+    async def _drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for byte in head():
+            writer.write(bytes([byte]))
+            with contextlib.suppress(TimeoutError):
+                # A byte every half second: dripping, and light on a shared CI machine.
+                if not await asyncio.wait_for(reader.read(1), 0.5):
+                    return
+
+
+@pytest_asyncio.fixture
+async def crowded(
+    config: Config, certs: ServingCerts, devcluster: DevCluster
+) -> AsyncIterator[StatusServer]:
+    devcluster.create_trainjob(NS, "tj")
+    # The issue's scaled-down attack: 40 slots, 10 per address, 12 addresses x 5.
+    limited = with_changes(config, max_connections=40, max_connections_per_ip=10)
+    async with StatusServer(limited, AcceptAll()) as server:
+        await server.trainjobs.synced.wait()
+        yield server
+
+
+CROWD = [f"127.0.1.{i}" for i in range(1, 13)]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+async def test_posts_from_another_address_are_served_while_a_crowd_holds_every_slot(
+    crowded: StatusServer, certs: ServingCerts, devcluster: DevCluster, variant: str
+) -> None:
+    before = closed_count("fresh_evicted")
+    async with Crowd(crowded.url, certs.client_context(), variant, CROWD, 5):
+
+        async def full() -> bool:
+            return closed_count("fresh_evicted") - before >= 20
+
+        await eventually(full, "the crowd to fill every slot and churn")
+        codes = []
+        for progress in range(1, 11):
+            # A new connection for each, as a pod whose keep-alive was closed opens.
+            reader, writer = await connect(crowded, certs, "127.0.0.1")
+            writer.write(post(progress))
+            status, _, body = await answer(reader)
+            writer.close()
+            codes.append((status, body["trainerStatus"]["progressPercentage"]))
+    assert codes == [(b"HTTP/1.1 200 OK", p) for p in range(1, 11)]
+    await crowded.writer.wait_idle()  # type: ignore[attr-defined]
+    obj = devcluster.get("trainjobs", NS, "tj", GROUP)
+    assert obj is not None
+    assert obj["status"]["trainerStatus"]["progressPercentage"] == 10
+
+
+@pytest.mark.parametrize("variant", ["connect-only", "slow-headers"])
+async def test_probes_are_answered_while_a_crowd_holds_the_probe_port(
+    config: Config, variant: str
+) -> None:
+    async with StatusServer(config, AcceptAll()) as server:
+        before = closed_count("fresh_evicted", "probes")
+        # 20 addresses x 4 (the port's per-address cap) against its 64 slots.
+        sources = [f"127.0.2.{i}" for i in range(1, 21)]
+        async with Crowd(server.probe_url, None, variant, sources, 4):
+
+            async def full() -> bool:
+                return closed_count("fresh_evicted", "probes") - before >= 20
+
+            await eventually(full, "the crowd to fill the probe port and churn")
+            answers = []
+            # The kubelet's way: a new connection per probe.
+            connector = aiohttp.TCPConnector(force_close=True, local_addr=("127.0.0.1", 0))
+            async with aiohttp.ClientSession(connector=connector) as session:
+                for path in ["/healthz", "/readyz"] * 10:
+                    async with session.get(server.probe_url + path) as response:
+                        answers.append((response.status, await response.text()))
+    assert answers == [(200, "ok")] * 20
+
+
+async def test_a_probe_answer_closes_its_connection(config: Config) -> None:
+    async with StatusServer(config, AcceptAll()) as server:
+        reader, writer = await asyncio.open_connection(*address(server.probe_url))
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        received = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+    status, rest = received.split(b"\r\n", 1)
+    assert status == b"HTTP/1.1 200 OK"
+    assert b"\r\nConnection: close\r\n" in b"\r\n" + rest
+    assert received.endswith(b"\r\n\r\nok")

@@ -1,0 +1,160 @@
+"""Binding by ownership: a post's pod must be owned by a Job, owned by a JobSet, owned by
+the post's TrainJob, uid by uid. A pod that labels itself into another TrainJob of its
+namespace is refused (403, nothing written); where Jobs or JobSets cannot be listed the
+label is the fallback, and the mode in force is logged and exported."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.testing import eventually
+from trainjob_status.contract import JOBSET_NAME_LABEL, audience
+from trainjob_status_server.auth.ownership import controller_of, owned_through
+from trainjob_status_server.config import Config
+
+from .conftest import GROUP, NS, ServingCerts, with_changes
+from .test_auth_support import SA, Rig, add_pod, mint, relabel
+from .test_auth_support import running as running_with_tokens
+
+VICTIM = "victim"
+MINE = "mine"
+
+
+def ref(kind: str, name: str, uid: str, controller: bool = True) -> dict[str, Any]:
+    return {"kind": kind, "name": name, "uid": uid, "controller": controller}
+
+
+def obj(uid: str, *owners: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"uid": uid, "ownerReferences": list(owners)}}
+
+
+JOB = obj("job-uid", ref("JobSet", "tj", "set-uid"))
+JOBSET = obj("set-uid", ref("TrainJob", "tj", "tj-uid"))
+POD = obj("pod-uid", ref("Job", "tj-node-0", "job-uid"))
+
+
+def chain(pod: dict[str, Any], trainjob: str = "tj", trainjob_uid: str | None = "tj-uid") -> bool:
+    return owned_through(
+        pod,
+        trainjob,
+        trainjob_uid,
+        lambda name: JOB if name == "tj-node-0" else None,
+        lambda name: JOBSET if name == "tj" else None,
+    )
+
+
+def test_the_controller_reference_is_the_one_marked_controller() -> None:
+    owned = obj("u", ref("ReplicaSet", "rs", "r", controller=False), ref("Job", "j", "ju"))
+    assert controller_of(owned) == ("Job", "j", "ju")
+    assert controller_of(obj("u", ref("Job", "j", "ju", controller=False))) is None
+    assert controller_of({"metadata": {}}) is None
+
+
+@pytest.mark.parametrize(
+    ("pod", "trainjob", "trainjob_uid", "owned"),
+    [
+        (POD, "tj", "tj-uid", True),
+        (POD, "other", "tj-uid", False),  # the chain leads to another TrainJob
+        (POD, "tj", "recreated-uid", False),  # a TrainJob of that name, not that one
+        (POD, "tj", None, False),  # the TrainJob is not in the cache
+        (obj("p"), "tj", "tj-uid", False),  # no controller
+        (obj("p", ref("Job", "tj-node-0", "forged-uid")), "tj", "tj-uid", False),
+        (obj("p", ref("Job", "absent", "job-uid")), "tj", "tj-uid", False),
+        (obj("p", ref("ReplicaSet", "tj-node-0", "job-uid")), "tj", "tj-uid", False),
+    ],
+)
+def test_owned_through_follows_the_chain_uid_by_uid(
+    pod: dict[str, Any], trainjob: str, trainjob_uid: str | None, owned: bool
+) -> None:
+    assert chain(pod, trainjob, trainjob_uid) is owned
+
+
+async def noted(rig: Rig) -> str:
+    """The binding mode, once the server has noted it (its caches listed or not)."""
+    assert rig.auth.binding is not None
+    owners = rig.auth.binding.owners
+    assert owners is not None
+
+    async def known() -> str | None:
+        return owners.noted
+
+    return await eventually(known, "the binding mode to be noted")
+
+
+def mode(value: str) -> float:
+    return REGISTRY.get_sample_value("trainjob_status_pod_binding_mode", {"mode": value}) or 0.0
+
+
+def stored(cluster: DevCluster, name: str) -> Any:
+    found = cluster.get("trainjobs", NS, name, GROUP) or {}
+    return (found.get("status") or {}).get("trainerStatus")
+
+
+async def test_a_pod_labelled_into_another_trainjob_is_refused_by_ownership(
+    devcluster: DevCluster, config: Config, certs: ServingCerts, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trainjob_status_server.auth.ownership")
+    for name in (VICTIM, MINE):
+        devcluster.create_trainjob(NS, name)
+    add_pod(devcluster, "victim-node-0-0", job=VICTIM)
+    # A pod of its own TrainJob, labelled into the victim's; and one with no owner.
+    intruder = devcluster.create_trainjob_pod(NS, MINE, "intruder", service_account=SA)
+    devcluster.create_pod(NS, "stray", service_account=SA, labels={JOBSET_NAME_LABEL: VICTIM})
+    relabel(devcluster, "intruder", {**intruder["metadata"]["labels"], JOBSET_NAME_LABEL: VICTIM})
+    async with running_with_tokens(devcluster, config, certs, server_budgets=True) as rig:
+        await noted(rig)
+        # One JobSet watch: the owner chain reads the injector's cache.
+        assert rig.server.jobset_steps is not None
+        assert rig.auth.binding is not None
+        assert rig.auth.binding.owners is not None
+        assert rig.auth.binding.owners.jobsets is rig.server.jobset_steps.jobsets
+        for pod in ("intruder", "stray"):
+            token = mint(devcluster, pod=pod, aud=audience(NS, VICTIM))
+            assert await rig.refused(token, name=VICTIM) == (403, "Forbidden", "not_owned")
+        assert stored(devcluster, VICTIM) is None
+        genuine = mint(devcluster, pod="victim-node-0-0", aud=audience(NS, VICTIM))
+        assert (await rig.post(genuine, name=VICTIM))[0] == 200
+        assert stored(devcluster, VICTIM) is not None
+    assert (mode("ownership"), mode("labels")) == (1.0, 0.0)
+    lines = [r for r in caplog.records if r.getMessage() == "pod binding mode"]
+    assert [r.__dict__["mode"] for r in lines] == ["ownership"]
+
+
+async def test_where_jobsets_cannot_be_listed_the_label_binds_and_the_mode_says_so(
+    devcluster: DevCluster, config: Config, certs: ServingCerts, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trainjob_status_server.auth.ownership")
+    devcluster.create_trainjob(NS, VICTIM)
+    devcluster.create_pod(NS, "stray", service_account=SA, labels={JOBSET_NAME_LABEL: VICTIM})
+    # As a cluster without the JobSet CRD answers (RBAC without the rule: 403).
+    devcluster.faults.fail(404, times=None, verb="list", resource="jobsets")
+    async with running_with_tokens(devcluster, config, certs, server_budgets=True) as rig:
+        await noted(rig)
+        token = mint(devcluster, pod="stray", aud=audience(NS, VICTIM))
+        assert (await rig.post(token, name=VICTIM))[0] == 200
+    assert (mode("ownership"), mode("labels")) == (0.0, 1.0)
+    noted_lines = [r for r in caplog.records if r.getMessage() == "pod binding mode"]
+    assert [(r.__dict__["mode"], r.__dict__["unlisted"]) for r in noted_lines] == [
+        ("labels", ["jobsets.jobset.x-k8s.io"])
+    ]
+
+
+async def test_without_the_injector_the_chain_watches_jobsets_itself(
+    devcluster: DevCluster, config: Config, certs: ServingCerts
+) -> None:
+    devcluster.create_trainjob(NS, VICTIM)
+    add_pod(devcluster, "victim-node-0-0", job=VICTIM)
+    devcluster.create_pod(NS, "stray", service_account=SA, labels={JOBSET_NAME_LABEL: VICTIM})
+    alone = with_changes(config, inject_pods=False)
+    async with running_with_tokens(devcluster, alone, certs, server_budgets=True) as rig:
+        assert await noted(rig) == "ownership"
+        assert rig.server.jobset_steps is None
+        stray = mint(devcluster, pod="stray", aud=audience(NS, VICTIM))
+        assert await rig.refused(stray, name=VICTIM) == (403, "Forbidden", "not_owned")
+        genuine = mint(devcluster, pod="victim-node-0-0", aud=audience(NS, VICTIM))
+        assert (await rig.post(genuine, name=VICTIM))[0] == 200
