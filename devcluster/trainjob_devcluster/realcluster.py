@@ -316,8 +316,11 @@ class RealCluster:
                     items = self.call("GET", kind.path(namespace))["items"]
                     deletions.extend(kind.path(namespace, i["metadata"]["name"]) for i in items)
         deletions.extend(self._cluster_objects(kinds) - self._cluster_baseline)
+        # Background: the default for Jobs (and a few other kinds) is to orphan their
+        # dependents, which leaves an `orphan` finalizer only the garbage collector
+        # removes; none runs here, so the object would stay, terminating, for good.
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda path: self.plane.request("DELETE", path), deletions))
+            list(pool.map(lambda path: self.plane.request("DELETE", _background(path)), deletions))
         for namespace in namespaces:
             if namespace not in SYSTEM_NAMESPACES and namespace != "default":
                 self._remove_namespace(namespace)
@@ -329,3 +332,8 @@ class RealCluster:
         if code == 200:
             found["spec"]["finalizers"] = []
             self.plane.request("PUT", path + "/finalize", found)
+
+
+def _background(path: str) -> str:
+    """``path`` with the deletion propagating in the background."""
+    return f"{path}{'&' if '?' in path else '?'}propagationPolicy=Background"

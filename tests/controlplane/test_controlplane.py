@@ -157,6 +157,27 @@ def test_reset_removes_what_tests_made_and_keeps_the_builtins(real_cluster: Real
     )
 
 
+def test_reset_removes_jobs_whose_default_is_to_orphan(real_cluster: RealCluster) -> None:
+    # A Job deleted with its default propagation gets the `orphan` finalizer, which only
+    # the garbage collector (not running here) would clear: reset deletes in the
+    # background, so the next test's Job of the same name is new and owned afresh.
+    real_cluster.create_trainjob("team-a", "tj")
+    first = real_cluster.create_trainjob_pod("team-a", "tj", "tj-node-0-0")
+    real_cluster.reset()
+    assert real_cluster.get("jobs", "team-a", "tj-node-0", "batch") is None
+    assert real_cluster.get("jobsets", "team-a", "tj", "jobset.x-k8s.io") is None
+    trainjob = real_cluster.create_trainjob("team-a", "tj")
+    second = real_cluster.create_trainjob_pod("team-a", "tj", "tj-node-0-0")
+    job = real_cluster.get("jobs", "team-a", "tj-node-0", "batch")
+    jobset = real_cluster.get("jobsets", "team-a", "tj", "jobset.x-k8s.io")
+    assert job is not None, "job"
+    assert jobset is not None, "jobset"
+    assert second["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    assert job["metadata"]["ownerReferences"][0]["uid"] == jobset["metadata"]["uid"]
+    assert jobset["metadata"]["ownerReferences"][0]["uid"] == trainjob["metadata"]["uid"]
+    assert second["metadata"]["uid"] != first["metadata"]["uid"]
+
+
 def test_a_create_the_server_refuses_raises_its_status(real_cluster: RealCluster) -> None:
     real_cluster.create_trainjob("team-a", "tj")
     with pytest.raises(ApiError) as caught:
