@@ -29,7 +29,6 @@ from .chart import CHART, CI_VALUES, RELEASE, RELEASE_NAMESPACES, run_helm, temp
 from .rendering import (
     COMPONENTS,
     EXTRA_COMPONENTS,
-    NAMESPACE_REFERENCES,
     TARGETS,
     Doc,
     kustomization,
@@ -42,6 +41,7 @@ pytestmark = pytest.mark.kubectl
 KINDS = (
     "namespaces",
     "serviceaccounts",
+    "secrets",
     "configmaps",
     "services",
     "deployments.apps",
@@ -57,6 +57,8 @@ KINDS = (
     "servicemonitors.monitoring.coreos.com",
     "prometheusrules.monitoring.coreos.com",
 )
+# The type of the Secrets in which Helm keeps each revision of a release.
+HELM_RELEASE_RECORD = "helm.sh/release.v1"
 # (kind, namespace, name) of each object the cluster holds.
 Held = dict[tuple[str, str, str], Doc]
 
@@ -81,9 +83,14 @@ class Kubectl:
         return done
 
     def held(self) -> Held:
-        """Every object of :data:`KINDS` in the cluster."""
+        """Every object of :data:`KINDS` in the cluster but Helm's release records
+        (Secrets Helm keeps beside what it installs)."""
         answer = json.loads(self("get", ",".join(KINDS), "--all-namespaces", "-o", "json").stdout)
-        return {identity(item): item for item in answer["items"]}
+        return {
+            identity(item): item
+            for item in answer["items"]
+            if item.get("type") != HELM_RELEASE_RECORD
+        }
 
 
 def identity(doc: Doc) -> tuple[str, str, str]:
@@ -155,8 +162,6 @@ def written(overlay: str, components: tuple[str, ...], scratch: Path) -> Path:
         *doc.get("components", []),
         *(str({**COMPONENTS, **EXTRA_COMPONENTS}[c]) for c in components),
     ]
-    if overlay == "base":
-        doc["transformers"] = [str(NAMESPACE_REFERENCES)]
     for key in ("resources", "components", "transformers"):
         doc[key] = [os.path.relpath(p, scratch) for p in doc.get(key) or []]
     (scratch / "kustomization.yaml").write_text(yaml.safe_dump(doc))
