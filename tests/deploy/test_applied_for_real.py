@@ -240,6 +240,8 @@ def test_helm_install_and_uninstall(
     )
     secure = "--clusterrole=trainjob-status-metrics-reader" in installed.stdout
     assert secure == (overlay == "kubeflow")
+    token_secret = "Secret trainjob-status-metrics-scraper-token" in installed.stdout
+    assert token_secret == (values_file.name == "kubeflow-token-secret-values.yaml")
     assert_installed(kubectl, before, docs)
     listed = json.loads(run_helm("list", "--output", "json", *common).stdout)
     assert [(r["name"], r["status"], r["chart"]) for r in listed] == [
