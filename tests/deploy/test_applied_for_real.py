@@ -256,13 +256,19 @@ def test_helm_upgrade_between_overlays_keeps_exactly_the_new_objects(
     kubectl: Kubectl, real_cluster: RealCluster
 ) -> None:
     """Upgrading a release from the bootstrap to cert-manager and every other component,
-    and back: Helm removes what the new values no longer render (the bootstrap's RBAC,
-    then the cert-manager and Prometheus objects) and nothing else."""
+    to scrapes with the token Secret, and back: Helm removes what the new values no
+    longer render (the bootstrap's RBAC, the cert-manager objects, then the scraper
+    account and the Prometheus objects) and nothing else."""
     namespace = RELEASE_NAMESPACES["kubeflow"]
     existing(real_cluster, kubectl, namespace)
     before = kubectl.held()
     common = ["--namespace", namespace, "--kubeconfig", kubectl.kubeconfig]
-    steps = ["kubeflow-values.yaml", "kubeflow-all-values.yaml", "kubeflow-values.yaml"]
+    steps = [
+        "kubeflow-values.yaml",
+        "kubeflow-all-values.yaml",
+        "kubeflow-token-secret-values.yaml",
+        "kubeflow-values.yaml",
+    ]
     for revision, name in enumerate(steps, start=1):
         values = CI_VALUES / name
         verb = "install" if revision == 1 else "upgrade"

@@ -87,9 +87,10 @@ def test_the_chart_renders_what_kustomize_renders(
 @pytest.mark.kubectl
 def test_another_namespace_moves_every_reference() -> None:
     """namespace.name is the overlays' ``namespace:``: every reference follows it."""
-    values = values_for("kubeflow", "cert-manager", "prometheus")
+    components = ("cert-manager", "prometheus", "metrics-token-secret")
+    values = values_for("kubeflow", *components)
     helmed = template({**values, "namespace": {"name": "ml-platform"}}, namespace="kubeflow-system")
-    kustomized = render("kubeflow", "cert-manager", "prometheus", namespace="ml-platform")
+    kustomized = render("kubeflow", *components, namespace="ml-platform")
     assert_same_objects(kustomized, helmed)
 
 
