@@ -54,6 +54,7 @@ COMPONENT_VALUES: dict[str, dict[str, Any]] = {
     },
     "override-existing": {"overrideExisting": True},
     "secure-metrics": {"metrics": {"secure": True}},
+    "metrics-token-secret": {"metrics": {"scrapeToken": "secret"}},
 }
 
 
@@ -132,12 +133,24 @@ def key(doc: Doc) -> str:
 
 def variants() -> list[tuple[str, tuple[str, ...]]]:
     """Every overlay with every combination of the components, the migration's component,
-    and secure metrics where the overlay has them not already (kustomize refuses them
-    twice)."""
+    secure metrics where the overlay has them not already (kustomize refuses them twice),
+    and the token Secret for scrapes (which needs secure metrics), with and without the
+    ServiceMonitor and listed before and after the components it changes."""
     found = []
     for overlay in sorted(RELEASE_NAMESPACES):
         extra = [("override-existing",)]
-        if overlay != "kubeflow":
-            extra.append(("prometheus", "secure-metrics"))
+        if overlay == "kubeflow":
+            extra += [
+                ("metrics-token-secret",),
+                ("prometheus", "metrics-token-secret"),
+                ("metrics-token-secret", "prometheus"),
+            ]
+        else:
+            extra += [
+                ("prometheus", "secure-metrics"),
+                ("secure-metrics", "metrics-token-secret"),
+                ("prometheus", "secure-metrics", "metrics-token-secret"),
+                ("metrics-token-secret", "secure-metrics", "prometheus"),
+            ]
         found += [(overlay, c) for c in [*combinations(), *extra]]
     return found

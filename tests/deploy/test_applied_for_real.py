@@ -29,7 +29,6 @@ from .chart import CHART, CI_VALUES, RELEASE, RELEASE_NAMESPACES, run_helm, temp
 from .rendering import (
     COMPONENTS,
     EXTRA_COMPONENTS,
-    NAMESPACE_REFERENCES,
     TARGETS,
     Doc,
     kustomization,
@@ -42,6 +41,7 @@ pytestmark = pytest.mark.kubectl
 KINDS = (
     "namespaces",
     "serviceaccounts",
+    "secrets",
     "configmaps",
     "services",
     "deployments.apps",
@@ -57,6 +57,8 @@ KINDS = (
     "servicemonitors.monitoring.coreos.com",
     "prometheusrules.monitoring.coreos.com",
 )
+# The type of the Secrets in which Helm keeps each revision of a release.
+HELM_RELEASE_RECORD = "helm.sh/release.v1"
 # (kind, namespace, name) of each object the cluster holds.
 Held = dict[tuple[str, str, str], Doc]
 
@@ -81,9 +83,14 @@ class Kubectl:
         return done
 
     def held(self) -> Held:
-        """Every object of :data:`KINDS` in the cluster."""
+        """Every object of :data:`KINDS` in the cluster but Helm's release records
+        (Secrets Helm keeps beside what it installs)."""
         answer = json.loads(self("get", ",".join(KINDS), "--all-namespaces", "-o", "json").stdout)
-        return {identity(item): item for item in answer["items"]}
+        return {
+            identity(item): item
+            for item in answer["items"]
+            if item.get("type") != HELM_RELEASE_RECORD
+        }
 
 
 def identity(doc: Doc) -> tuple[str, str, str]:
@@ -155,8 +162,6 @@ def written(overlay: str, components: tuple[str, ...], scratch: Path) -> Path:
         *doc.get("components", []),
         *(str({**COMPONENTS, **EXTRA_COMPONENTS}[c]) for c in components),
     ]
-    if overlay == "base":
-        doc["transformers"] = [str(NAMESPACE_REFERENCES)]
     for key in ("resources", "components", "transformers"):
         doc[key] = [os.path.relpath(p, scratch) for p in doc.get(key) or []]
     (scratch / "kustomization.yaml").write_text(yaml.safe_dump(doc))
@@ -235,6 +240,8 @@ def test_helm_install_and_uninstall(
     )
     secure = "--clusterrole=trainjob-status-metrics-reader" in installed.stdout
     assert secure == (overlay == "kubeflow")
+    token_secret = "Secret trainjob-status-metrics-scraper-token" in installed.stdout
+    assert token_secret == (values_file.name == "kubeflow-token-secret-values.yaml")
     assert_installed(kubectl, before, docs)
     listed = json.loads(run_helm("list", "--output", "json", *common).stdout)
     assert [(r["name"], r["status"], r["chart"]) for r in listed] == [
@@ -249,13 +256,19 @@ def test_helm_upgrade_between_overlays_keeps_exactly_the_new_objects(
     kubectl: Kubectl, real_cluster: RealCluster
 ) -> None:
     """Upgrading a release from the bootstrap to cert-manager and every other component,
-    and back: Helm removes what the new values no longer render (the bootstrap's RBAC,
-    then the cert-manager and Prometheus objects) and nothing else."""
+    to scrapes with the token Secret, and back: Helm removes what the new values no
+    longer render (the bootstrap's RBAC, the cert-manager objects, then the scraper
+    account and the Prometheus objects) and nothing else."""
     namespace = RELEASE_NAMESPACES["kubeflow"]
     existing(real_cluster, kubectl, namespace)
     before = kubectl.held()
     common = ["--namespace", namespace, "--kubeconfig", kubectl.kubeconfig]
-    steps = ["kubeflow-values.yaml", "kubeflow-all-values.yaml", "kubeflow-values.yaml"]
+    steps = [
+        "kubeflow-values.yaml",
+        "kubeflow-all-values.yaml",
+        "kubeflow-token-secret-values.yaml",
+        "kubeflow-values.yaml",
+    ]
     for revision, name in enumerate(steps, start=1):
         values = CI_VALUES / name
         verb = "install" if revision == 1 else "upgrade"

@@ -40,6 +40,7 @@ CI_OVERLAYS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
     ),
     "kubeflow-values.yaml": ("kubeflow", (), None),
     "kubeflow-all-values.yaml": ("kubeflow", ("cert-manager", "token-review", "prometheus"), None),
+    "kubeflow-token-secret-values.yaml": ("kubeflow", ("prometheus", "metrics-token-secret"), None),
 }
 
 
@@ -86,9 +87,10 @@ def test_the_chart_renders_what_kustomize_renders(
 @pytest.mark.kubectl
 def test_another_namespace_moves_every_reference() -> None:
     """namespace.name is the overlays' ``namespace:``: every reference follows it."""
-    values = values_for("kubeflow", "cert-manager", "prometheus")
+    components = ("cert-manager", "prometheus", "metrics-token-secret")
+    values = values_for("kubeflow", *components)
     helmed = template({**values, "namespace": {"name": "ml-platform"}}, namespace="kubeflow-system")
-    kustomized = render("kubeflow", "cert-manager", "prometheus", namespace="ml-platform")
+    kustomized = render("kubeflow", *components, namespace="ml-platform")
     assert_same_objects(kustomized, helmed)
 
 
@@ -172,6 +174,10 @@ SCHEMA_ERROR = (
             "- at '/tokenReview': got string, want boolean\n",
         ),
         (
+            ["metrics.scrapeToken=token"],
+            "- at '/metrics/scrapeToken': value must be one of 'file', 'secret'\n",
+        ),
+        (
             ["namespace.name=Bad_NS"],
             "- at '/namespace/name': 'anyOf' failed\n"
             "  - at '/namespace/name': value must be ''\n"
@@ -179,13 +185,17 @@ SCHEMA_ERROR = (
             " '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'\n",
         ),
     ],
-    ids=["source", "unknown-key", "types", "namespace"],
+    ids=["source", "unknown-key", "types", "scrape-token", "namespace"],
 )
 def test_the_schema_refuses_bad_values(given: list[str], refusal: str) -> None:
     sets = [arg for value in given for arg in ("--set", value)]
     done = run_helm("template", "trainjob-status", str(CHART), *sets)
     assert (done.returncode, done.stdout) == (1, "")
-    assert done.stderr == SCHEMA_ERROR + refusal + "\n"
+    assert done.stderr.startswith(SCHEMA_ERROR)
+    assert done.stderr.endswith("\n\n")
+    # Helm lists the values that fail in no stable order: every line, in any order.
+    given_lines = done.stderr.removeprefix(SCHEMA_ERROR).removesuffix("\n").splitlines()
+    assert sorted(given_lines) == sorted(refusal.splitlines())
 
 
 def test_a_created_namespace_cannot_hold_its_own_release() -> None:
@@ -204,6 +214,21 @@ def test_a_created_namespace_cannot_hold_its_own_release() -> None:
         " namespace.create: Helm keeps the release record in the release's namespace, so"
         " that namespace must exist first: install the release into another namespace, or"
         " leave namespace.create off and give --create-namespace\n\n"
+        "Use --debug flag to render out invalid YAML\n"
+    )
+
+
+def test_the_scrape_token_secret_needs_secure_metrics() -> None:
+    """Plain HTTP scrapes send no token: a scraper account for them is refused, not
+    rendered unused."""
+    done = run_helm(
+        "template", "trainjob-status", str(CHART), "--set", "metrics.scrapeToken=secret"
+    )
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "Error: execution error at (trainjob-status/templates/metrics-scraper.yaml:3:4):"
+        " metrics.scrapeToken: secret needs metrics.secure: plain HTTP metrics take no"
+        " token\n\n"
         "Use --debug flag to render out invalid YAML\n"
     )
 

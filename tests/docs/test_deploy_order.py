@@ -1,6 +1,7 @@
 """The README deploys in the order that works on a fresh cluster: the image is built and
 made pullable (loaded into a local cluster, or pushed and named in the overlay) before
-the first ``kubectl apply``, and the quick-start names the image it expects."""
+the first ``kubectl apply``, Helm installs the image pushed before, and the quick-start
+names the image it expects."""
 
 from __future__ import annotations
 
@@ -26,8 +27,12 @@ def deploying_commands() -> list[list[str]]:
     ]
 
 
+def installs_with_helm(lines: list[str]) -> bool:
+    return any(line.startswith("helm install ") for line in lines)
+
+
 def test_every_apply_comes_after_the_image_is_made_pullable() -> None:
-    blocks = deploying_commands()
+    blocks = [lines for lines in deploying_commands() if not installs_with_helm(lines)]
     assert blocks
     for lines in blocks:
         applies = [i for i, line in enumerate(lines) if line.startswith("kubectl apply")]
@@ -63,3 +68,19 @@ def test_the_pushed_image_is_the_one_the_overlay_is_pointed_at() -> None:
     (edit,) = [line for line in pushed if line.startswith("kustomize edit set image ")]
     image = push.removeprefix("docker push ")
     assert edit.endswith(f"trainjob-status={image}")
+
+
+def test_helm_installs_the_image_pushed_before() -> None:
+    """The Helm block comes after the block that pushes the image, and sets that image."""
+    blocks = deploying_commands()
+    (helm_at,) = [i for i, lines in enumerate(blocks) if installs_with_helm(lines)]
+    pushes = [
+        line.removeprefix("docker push ")
+        for lines in blocks[:helm_at]
+        for line in lines
+        if line.startswith("docker push ")
+    ]
+    assert pushes
+    command = " ".join(blocks[helm_at]).replace("\\", " ").split()
+    sets = dict(command[i + 1].split("=", 1) for i, word in enumerate(command) if word == "--set")
+    assert f"{sets['image.repository']}:{sets['image.tag']}" in pushes

@@ -37,3 +37,20 @@ True (non-empty) when cert-manager provides the certificates.
 {{- define "trainjob-status.certManager" -}}
 {{- if eq .Values.certificates.source "cert-manager" }}true{{ end -}}
 {{- end -}}
+
+{{/*
+How the metrics port is scraped, as annotations on the Service and the ServiceMonitor
+(the kustomize overlays' scrape-settings copies them from one to the other): the scheme,
+and whose token Prometheus sends over HTTPS (file: its own; secret: the scraper's).
+*/}}
+{{- define "trainjob-status.scrapeSettings" -}}
+trainjob-status.kubeflow.org/metrics-scheme: {{ include "trainjob-status.metricsScheme" . }}
+trainjob-status.kubeflow.org/metrics-token: {{ .Values.metrics.scrapeToken }}
+{{- end -}}
+
+{{/*
+The metrics port's scheme: https under metrics.secure.
+*/}}
+{{- define "trainjob-status.metricsScheme" -}}
+{{- ternary "https" "http" .Values.metrics.secure -}}
+{{- end -}}
