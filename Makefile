@@ -71,6 +71,9 @@ client-py39-run: $(VENV_PY39)/.installed
 	rm -rf client/build
 	$(VENV_PY39)/bin/pip install --quiet --force-reinstall --no-deps ./client
 	rm -rf client/build
+	@echo "resolved versions in $(VENV_PY39) ($$($(VENV_PY39)/bin/python -c \
+	  'import platform; print(platform.python_implementation(), platform.python_version())')):"
+	@$(VENV_PY39)/bin/pip freeze
 	$(VENV_PY39)/bin/pytest -q --confcutdir=tests/client tests/client
 
 test: lint typecheck unit client-py39
@@ -100,10 +103,11 @@ VENV_LOWEST := .venv-lowest
 VENV_LOWEST_PY39 := .venv-lowest-py39
 VENV_NEWEST_PY := .venv-newest-python
 LOWEST := $(BIN)/uv pip install --quiet --resolution lowest-direct
-# The tests whose outcome depends on the versions: tests/e2e (a Prometheus binary),
-# tests/bench (speed), tests/demo and tests/deploy (the demo and the manifests) are run
-# once, by `make test`.
-LOWEST_TESTS := tests/server tests/client tests/devcluster tests/client_with_server
+# What the versions can change; test_manifests.py for kubernetes-validate's floor. What
+# they cannot runs once, in `make test`: tests/e2e (a Prometheus binary), tests/bench
+# (speed), tests/demo, and the rest of tests/deploy (the image, the rehearsal).
+LOWEST_TESTS := tests/server tests/client tests/devcluster tests/client_with_server \
+  tests/deploy/test_manifests.py
 
 .PHONY: versions test-lowest test-newest-python lock image
 
