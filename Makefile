@@ -122,6 +122,7 @@ test-lowest: $(STAMP)
 	  --group test
 	@echo "resolved versions in $(VENV_LOWEST) ($$($(VENV_LOWEST)/bin/python --version)):"
 	@$(VENV_LOWEST)/bin/pip freeze --exclude-editable
+	$(VENV_LOWEST)/bin/python .ci/floors.py test server/pyproject.toml devcluster/pyproject.toml
 	$(VENV_LOWEST)/bin/pytest -q -p no:cacheprovider $(LOWEST_TESTS)
 	$(PYTHON39) -m venv $(VENV_LOWEST_PY39)
 	$(LOWEST) --python $(VENV_LOWEST_PY39)/bin/python --group client-py39
@@ -130,6 +131,7 @@ test-lowest: $(STAMP)
 	rm -rf client/build
 	@echo "resolved versions in $(VENV_LOWEST_PY39) ($$($(VENV_LOWEST_PY39)/bin/python --version)):"
 	@$(VENV_LOWEST_PY39)/bin/pip freeze
+	$(VENV_LOWEST_PY39)/bin/python .ci/floors.py client-py39
 	$(VENV_LOWEST_PY39)/bin/pytest -q -p no:cacheprovider --confcutdir=tests/client tests/client
 
 test-newest-python:
