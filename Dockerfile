@@ -3,7 +3,14 @@
 # The trainjob-status server image: a slim Python 3.11 runtime with the server installed
 # in a virtualenv, run as a fixed non-root user, fit for a read-only root filesystem.
 #
-#   docker build -t trainjob-status:0.2.0 .
+#   make image        (docker build with the labels below filled in)
+#
+# Needs BuildKit (Docker 23 and later use it by default; `make image` sets
+# DOCKER_BUILDKIT=1 for older ones): the scripts are heredocs and the runtime stage
+# mounts the build stage's wheels instead of copying them into a layer.
+#
+# Every third-party package comes from requirements/server.lock, pinned with its hashes
+# (`make lock` refreshes it), so an image built later holds the versions CI ran.
 #
 # The BUILD and INSTALL steps are the image's whole install: tests/deploy/test_image.py
 # runs these same two scripts into a fresh virtualenv and starts the server from it, so
@@ -19,26 +26,43 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /src
 COPY client ./client
 COPY server ./server
+COPY requirements/server.lock ./requirements/server.lock
 RUN <<'BUILD'
 set -eu
+# The dependencies: the locked versions' published wheels, each checked against its hash.
+python -m pip download --no-cache-dir --require-hashes --only-binary :all: --no-deps \
+    --dest "$WHEELS" --requirement requirements/server.lock
+cp requirements/server.lock "$WHEELS/server.lock"
 # The client (the contract module) and the server; the development cluster is not here.
-python -m pip wheel --no-cache-dir --wheel-dir "$WHEELS" ./client ./server
+python -m pip wheel --no-cache-dir --no-deps --wheel-dir "$WHEELS" ./client ./server
 BUILD
 
 # -- 2: the runtime -----------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime
+ARG VERSION=0.2.0
+ARG REVISION=unknown
+ARG SOURCE=unknown
+LABEL org.opencontainers.image.title="trainjob-status" \
+      org.opencontainers.image.description="Status ingest server for Kubeflow Trainer TrainJobs" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}"
 ENV VENV=/opt/trainjob-status \
     WHEELS=/wheels
 # The wheels are mounted for this step only: none of them stays in a layer.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels <<'INSTALL'
 set -eu
-python -m venv "$VENV"
-# Offline (--no-index): exactly the wheels built above. Bytecode is compiled now, since
-# a read-only root filesystem cannot take it later.
-"$VENV/bin/python" -m pip install --no-cache-dir --no-index --find-links "$WHEELS" \
-    trainjob-status-server
-# Nothing installs anything at run time.
-"$VENV/bin/python" -m pip uninstall --yes pip
+# No installer in the runtime's virtualenv (neither pip nor setuptools): the base image's
+# pip installs into it from outside.
+python -m venv --without-pip "$VENV"
+install() { python -m pip --python "$VENV/bin/python" install --no-cache-dir --no-index "$@"; }
+# Offline (--no-index): the locked wheels, checked against their hashes again, then the
+# client's and the server's, whose requirements the lock must satisfy (pip check).
+# Bytecode is compiled now, since a read-only root filesystem cannot take it later.
+install --find-links "$WHEELS" --require-hashes --no-deps --requirement "$WHEELS/server.lock"
+install --no-deps "$WHEELS"/trainjob_status-*.whl "$WHEELS"/trainjob_status_server-*.whl
+python -m pip --python "$VENV/bin/python" check
 INSTALL
 # The base image's own installer and build backends are not needed to run either.
 RUN python -m pip uninstall --yes pip setuptools wheel \

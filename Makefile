@@ -97,6 +97,9 @@ client-py39-run: $(VENV_PY39)/.installed
 	rm -rf client/build
 	$(VENV_PY39)/bin/pip install --quiet --force-reinstall --no-deps ./client
 	rm -rf client/build
+	@echo "resolved versions in $(VENV_PY39) ($$($(VENV_PY39)/bin/python -c \
+	  'import platform; print(platform.python_implementation(), platform.python_version())')):"
+	@$(VENV_PY39)/bin/pip freeze
 	$(VENV_PY39)/bin/pytest -q --confcutdir=tests/client tests/client
 
 # helm (from tools/helm, at the version its go.mod pins) and the CRDs the manifests'
@@ -164,4 +167,80 @@ bench: $(STAMP)
 	$(BIN)/python bench/devcluster_bench.py
 
 clean:
-	rm -rf $(VENV) $(VENV_PY39) $(VENV_MYPY39) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(VENV_PY39) $(VENV_MYPY39) $(VENV_LOWEST) $(VENV_LOWEST_PY39) \
+	  $(VENV_NEWEST_PY) .mypy_cache .ruff_cache .pytest_cache
+
+# -- Dependency ranges at both ends, the image's lock, the image ----------------------
+# `make test` runs the newest versions every range allows (a fresh .venv) on Python 3.11
+# and PyPy 3.9; `make versions` prints them. The legs below run the rest (.ci/run times
+# each):
+#   test-lowest         the floor of every direct dependency (uv's lowest-direct), on
+#                       Python 3.11: the server's, client's and devcluster's tests, and
+#                       the client's on CPython 3.9.
+#   test-newest-python  the newest allowed versions on the newest CPython: the server's.
+# The CPythons come from pyenv where it has them (as on CI machines), else from PATH.
+PYTHON39 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.9*/bin/python3.9) python3.9)
+PYTHON_NEWEST ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) python3.13)
+VENV_LOWEST := .venv-lowest
+VENV_LOWEST_PY39 := .venv-lowest-py39
+VENV_NEWEST_PY := .venv-newest-python
+LOWEST := $(BIN)/uv pip install --quiet --resolution lowest-direct
+# What the versions can change; test_manifests.py for kubernetes-validate's floor. What
+# they cannot runs once, in `make test`: tests/e2e (a Prometheus binary), tests/bench
+# (speed), tests/demo, and the rest of tests/deploy (the image, the rehearsal).
+LOWEST_TESTS := tests/server tests/client tests/devcluster tests/client_with_server \
+  tests/deploy/test_manifests.py
+
+.PHONY: versions test-lowest test-newest-python lock image
+
+versions: $(STAMP)
+	@echo "resolved versions in $(VENV) ($$($(BIN)/python --version)):"
+	@$(BIN)/pip freeze --exclude-editable
+
+test-lowest: $(STAMP)
+	rm -rf $(VENV_LOWEST) $(VENV_LOWEST_PY39)
+	$(PYTHON) -m venv $(VENV_LOWEST)
+	$(LOWEST) --python $(VENV_LOWEST)/bin/python -e ./client -e ./server -e ./devcluster \
+	  --group test
+	@echo "resolved versions in $(VENV_LOWEST) ($$($(VENV_LOWEST)/bin/python --version)):"
+	@$(VENV_LOWEST)/bin/pip freeze --exclude-editable
+	$(VENV_LOWEST)/bin/python .ci/floors.py test server/pyproject.toml devcluster/pyproject.toml
+	$(VENV_LOWEST)/bin/pytest -q -p no:cacheprovider $(LOWEST_TESTS)
+	$(PYTHON39) -m venv $(VENV_LOWEST_PY39)
+	$(LOWEST) --python $(VENV_LOWEST_PY39)/bin/python --group client-py39
+	rm -rf client/build
+	$(VENV_LOWEST_PY39)/bin/pip install --quiet --no-deps ./client
+	rm -rf client/build
+	@echo "resolved versions in $(VENV_LOWEST_PY39) ($$($(VENV_LOWEST_PY39)/bin/python --version)):"
+	@$(VENV_LOWEST_PY39)/bin/pip freeze
+	$(VENV_LOWEST_PY39)/bin/python .ci/floors.py client-py39
+	$(VENV_LOWEST_PY39)/bin/pytest -q -p no:cacheprovider --confcutdir=tests/client tests/client
+
+test-newest-python:
+	rm -rf $(VENV_NEWEST_PY)
+	$(PYTHON_NEWEST) -m venv $(VENV_NEWEST_PY)
+	$(VENV_NEWEST_PY)/bin/pip install --quiet --upgrade pip
+	$(VENV_NEWEST_PY)/bin/pip install --quiet -e ./client -e ./server -e ./devcluster --group test
+	@echo "resolved versions in $(VENV_NEWEST_PY) ($$($(VENV_NEWEST_PY)/bin/python --version)):"
+	@$(VENV_NEWEST_PY)/bin/pip freeze --exclude-editable
+	$(VENV_NEWEST_PY)/bin/pytest -q -p no:cacheprovider tests/server
+
+# The image's lock: the newest versions the server's ranges allow, for the image's
+# Python (3.11, the Dockerfile's PYTHON_IMAGE) on any platform, each with its hashes.
+lock: $(STAMP)
+	$(BIN)/uv pip compile --quiet --upgrade --generate-hashes --universal --python-version 3.11 \
+	  --no-emit-package trainjob-status --no-emit-package trainjob-status-server \
+	  --custom-compile-command "make lock" --output-file requirements/server.lock \
+	  requirements/server.in
+
+# The OCI labels: the server's version, this commit, and where it comes from (the
+# remote's URL without any credentials in it).
+IMAGE_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' server/pyproject.toml)
+SERVER_IMAGE ?= trainjob-status:$(IMAGE_VERSION)
+IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+IMAGE_SOURCE ?= $(shell git remote get-url origin 2>/dev/null | sed 's|://[^/@]*@|://|' || echo unknown)
+
+image:
+	DOCKER_BUILDKIT=1 docker build --build-arg VERSION=$(IMAGE_VERSION) \
+	  --build-arg REVISION=$(IMAGE_REVISION) --build-arg SOURCE=$(or $(IMAGE_SOURCE),unknown) \
+	  --tag $(SERVER_IMAGE) .

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import logging
 import os
 import ssl
 import sys
@@ -14,12 +15,14 @@ from typing import NoReturn
 
 from trainjob_status.contract import STATUS_PATH
 
-from . import __version__, config, logs
+from . import __version__, config, logs, versions
 from .certificates import tls
 from .kube.errors import KubeConfigError
 
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"  # what kubelet sets in every pod
 KUBECONFIG_ENV = "KUBECONFIG"
+
+log = logging.getLogger(__name__)
 
 
 class UsageParser(argparse.ArgumentParser):
@@ -110,11 +113,21 @@ def _serve(args: argparse.Namespace) -> int:
         settings = config.from_args(args)
     except ValueError as exc:
         return _refuse([str(exc)])
+    aiohttp_version = versions.installed_aiohttp()
+    untested = not versions.aiohttp_tested(aiohttp_version)
+    if untested and not settings.allow_untested_aiohttp:
+        # Before anything imports the serving path, which an untested aiohttp may break.
+        return _refuse([versions.untested_aiohttp_problem(aiohttp_version)])
     problems = settings.check() or startup_problems(settings, os.environ)
     if problems:
         return _refuse(problems)
     settings = with_kubeconfig_from_environment(settings, os.environ)
     logs.configure(settings.log_level, settings.log_format)
+    if untested:
+        log.warning(
+            "aiohttp outside the tested range, allowed by --allow-untested-aiohttp",
+            extra={"aiohttp": aiohttp_version, "tested": versions.AIOHTTP_RANGE},
+        )
     from .running import serve_until_signalled
 
     try:

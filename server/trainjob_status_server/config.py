@@ -84,6 +84,8 @@ class Config:
     cert_secret: str = "trainjob-status-tls"
     webhook_configuration: str = "trainjob-status"
     cert_check_interval: float = 300.0
+    # Start with an aiohttp outside the tested range (versions.AIOHTTP_RANGE).
+    allow_untested_aiohttp: bool = False
 
     @property
     def ca_path(self) -> Path | None:
@@ -404,6 +406,11 @@ _SWITCHES = (
         "cert_bootstrap",
         "create and renew the CA and serving certificate in --cert-secret and write them to "
         "--tls-cert-file and --tls-key-file (no cert-manager needed)",
+    ),
+    (
+        "allow_untested_aiohttp",
+        "start even when the installed aiohttp is outside the range this release is tested"
+        " with (the server relies on aiohttp internals; a warning is logged)",
     ),
 )
 

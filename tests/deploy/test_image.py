@@ -1,8 +1,10 @@
 """The Dockerfile, without a Docker engine: its invariants (user, ports, entrypoint agree
-with the manifests; no caches, no build tools, offline install), and its own BUILD and
-INSTALL scripts run into a fresh virtualenv, which holds the client and the server and
-nothing of the development cluster, and from which the server starts against the
-devcluster, becomes ready, and stops cleanly on SIGTERM."""
+with the manifests; no caches, no build tools, no installer in the runtime, every
+third-party package from the hashed lock, BuildKit said and set, OCI labels), the build
+context .dockerignore leaves, and its own BUILD and INSTALL scripts run into a fresh
+virtualenv, which holds the client, the server and exactly the locked packages, nothing
+of the development cluster, and from which the server starts against the devcluster,
+becomes ready, and stops cleanly on SIGTERM."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from .wheels import DEVELOPMENT_ONLY, distribution_name, read_wheel
 
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
+LOCK = ROOT / "requirements" / "server.lock"
 
 
 @dataclass
@@ -116,11 +119,15 @@ def test_entrypoint_and_ports_agree_with_the_package_and_the_manifests() -> None
 
 def test_no_caches_no_build_tools_and_a_read_only_root_works() -> None:
     text = DOCKERFILE.read_text()
-    for command in re.findall(r"pip (?:install|wheel)[^\n]*", text):
+    pip = r"python -m pip (?:--python \S+ )?(?:install|wheel|download)\b[^\n]*"
+    commands = re.findall(pip, text)
+    assert len(commands) == 3
+    for command in commands:
         assert "--no-cache-dir" in command, command
     install = DF.heredocs["INSTALL"]
     assert "--no-index" in install  # offline: only the wheels built in stage one
-    assert "pip uninstall --yes pip" in install
+    # No pip, setuptools or wheel in the runtime's virtualenv, ever.
+    assert 'python -m venv --without-pip "$VENV"' in install
     runtime_text = " ".join(rest for _, rest in RUNTIME.instructions)
     for tool in ("apt-get", "gcc", "build-essential", "apk "):
         assert tool not in runtime_text
@@ -132,6 +139,93 @@ def test_no_caches_no_build_tools_and_a_read_only_root_works() -> None:
     assert "/tmp" in {m["mountPath"] for m in mounts["volumeMounts"]}
 
 
+def test_every_third_party_package_comes_from_the_hashed_lock() -> None:
+    build, install = DF.heredocs["BUILD"], DF.heredocs["INSTALL"]
+    # Stage one downloads the locked wheels, checking each hash, and builds ours alone.
+    assert re.search(
+        r"pip download --no-cache-dir --require-hashes --only-binary :all: --no-deps"
+        r" +--dest \"\$WHEELS\" --requirement requirements/server\.lock",
+        " ".join(build.replace("\\\n", " ").split()),
+    )
+    assert "pip wheel --no-cache-dir --no-deps" in build
+    # The runtime installs them offline, checked again, then ours, then checks the set.
+    assert '--require-hashes --no-deps --requirement "$WHEELS/server.lock"' in install
+    assert 'python -m pip --python "$VENV/bin/python" check' in install
+    # The lock: exact versions, each with its hashes, none of ours, and how to refresh it.
+    text = LOCK.read_text()
+    assert "#    make lock\n" in text
+    pins = re.findall(r"^([a-z0-9][a-z0-9._-]*)==([^ ;\\]+)", text, re.MULTILINE)
+    assert len(pins) > 10
+    for name, _ in pins:
+        assert not name.startswith("trainjob"), name
+        entry = text.split(f"\n{name}==", 1)[1].split("\n    # via", 1)[0]
+        assert "--hash=sha256:" in entry, name
+    requirements = [line for line in text.splitlines() if line and line[0] not in " #"]
+    assert len(requirements) == len(pins)
+    # `make lock` resolves for the image's Python.
+    recipe = (ROOT / "Makefile").read_text().split("\nlock:", 1)[1].split("\n\n", 1)[0]
+    python = re.fullmatch(r"python:(3\.\d+)-slim(-\w+)?", DF.args["PYTHON_IMAGE"])
+    assert python
+    assert f"--python-version {python.group(1)} " in recipe
+    assert "--generate-hashes" in recipe
+    assert "--output-file requirements/server.lock" in recipe
+
+
+def test_buildkit_is_said_and_make_image_sets_it() -> None:
+    first, *rest = DOCKERFILE.read_text().splitlines()
+    assert first.startswith("# syntax=docker/dockerfile:1.")
+    header = "\n".join(line for line in rest[:20] if line.startswith("#"))
+    assert "Needs BuildKit" in header
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\nimage:", 1)[1].split("\n\n", 1)[0]
+    assert "DOCKER_BUILDKIT=1 docker build" in recipe
+
+
+def test_oci_labels_name_the_version_the_source_and_the_revision() -> None:
+    labels = dict(
+        re.findall(r'(org\.opencontainers\.image\.\w+)="([^"]*)"', " ".join(RUNTIME.all("LABEL")))
+    )
+    assert labels["org.opencontainers.image.version"] == "${VERSION}"
+    assert labels["org.opencontainers.image.revision"] == "${REVISION}"
+    assert labels["org.opencontainers.image.source"] == "${SOURCE}"
+    assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+    args = dict(rest.partition("=")[::2] for rest in RUNTIME.all("ARG"))
+    server = tomllib.loads((ROOT / "server" / "pyproject.toml").read_text())["project"]
+    assert args["VERSION"] == server["version"]
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\nimage:", 1)[1].split("\n\n", 1)[0]
+    for arg in ("VERSION", "REVISION", "SOURCE"):
+        assert f"--build-arg {arg}=" in recipe
+
+
+def ignore_rules() -> list[tuple[bool, re.Pattern[str]]]:
+    """.dockerignore as (excludes, pattern) in order; the last rule that matches a path
+    or one of its parent folders decides (Docker's rule)."""
+    rules = []
+    for line in DOCKERIGNORE.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        include = line.startswith("!")
+        pattern = line.removeprefix("!").strip("/")
+        regex = "".join(
+            ".*" if part == "**" else "[^/]*" if part == "*" else re.escape(part)
+            for part in re.split(r"(\*\*|\*)", pattern)
+        ).replace(".*/", "(?:.*/)?")
+        rules.append((not include, re.compile(regex)))
+    return rules
+
+
+def in_context(path: str) -> bool:
+    parts = path.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    excluded = False
+    for excludes, pattern in ignore_rules():
+        if any(pattern.fullmatch(prefix) for prefix in prefixes):
+            excluded = excludes
+    return not excluded
+
+
 def test_the_build_context_is_the_package_only() -> None:
     lines = [
         line.strip()
@@ -139,14 +233,72 @@ def test_the_build_context_is_the_package_only() -> None:
         if line.strip() and not line.startswith("#")
     ]
     assert lines[0] == "*"
-    assert {line for line in lines if line.startswith("!")} == {"!client/", "!server/"}
+    assert {line for line in lines if line.startswith("!")} == {
+        "!client/",
+        "!server/",
+        "!requirements/server.lock",
+    }
     for secret in ("**/*.key", "**/*.pem", "**/*.crt", "**/*.kubeconfig"):
         assert secret in lines
     copied = {rest.split()[0] for rest in DF.stages[0].all("COPY")}
-    assert copied == {"client", "server"}
+    assert copied == {"client", "server", "requirements/server.lock"}
+
+
+@pytest.mark.parametrize(
+    ("path", "sent"),
+    [
+        ("client/trainjob_status/__init__.py", True),
+        ("client/pyproject.toml", True),
+        ("server/trainjob_status_server/cli.py", True),
+        ("requirements/server.lock", True),
+        ("requirements/server.in", False),
+        # What a local build leaves: setuptools would put client/build's modules in the wheel.
+        ("client/build/lib/trainjob_status/removed_module.py", False),
+        ("server/build/bdist.linux-x86_64/x", False),
+        ("client/dist/trainjob_status-0.2.0-py3-none-any.whl", False),
+        ("server/trainjob_status_server.egg-info/PKG-INFO", False),
+        ("server/trainjob_status_server/__pycache__/cli.cpython-311.pyc", False),
+        ("server/tls.key", False),
+        ("client/admin.kubeconfig", False),
+        ("devcluster/pyproject.toml", False),
+        ("tests/conftest.py", False),
+        (".venv/bin/python", False),
+        ("Dockerfile", False),
+    ],
+)
+def test_what_the_build_context_sends(path: str, sent: bool) -> None:
+    assert in_context(path) is sent
 
 
 # -- the install steps, for real ---------------------------------------------------------
+
+
+def locked() -> dict[str, str]:
+    """The lock's pins: canonical name -> version."""
+    pins = re.findall(r"^([a-z0-9][a-z0-9._-]*)==([^ ;\\]+)", LOCK.read_text(), re.MULTILINE)
+    return {re.sub(r"[-_.]+", "-", name): version for name, version in pins}
+
+
+def assert_exactly_the_lock(venv: Path) -> None:
+    """The runtime's virtualenv holds the client, the server and the locked versions
+    (those the image's platform needs), and no installer."""
+    (site,) = venv.glob("lib/python3.*/site-packages")
+    installed = {}
+    for info in site.glob("*.dist-info"):
+        name, _, version = info.name.removesuffix(".dist-info").partition("-")
+        installed[re.sub(r"[-_.]+", "-", name).lower()] = version
+    assert not {"pip", "setuptools", "wheel"} & installed.keys()
+    assert not (venv / "bin" / "pip").exists()
+    ours = {"trainjob-status", "trainjob-status-server"}
+    assert ours <= installed.keys()
+    pins = locked()
+    assert installed.keys() - ours <= pins.keys(), installed.keys() - ours - pins.keys()
+    assert {name: installed[name] for name in installed.keys() - ours} == {
+        name: pins[name] for name in installed.keys() - ours
+    }
+    # Only packages for another interpreter or platform are left out (cffi on PyPy ...).
+    for name in pins.keys() - installed.keys():
+        assert ";" in LOCK.read_text().split(f"\n{name}==", 1)[1].split("\n", 1)[0], name
 
 
 def assert_no_development_cluster(wheels: Path, venv: Path) -> None:
@@ -187,10 +339,11 @@ async def test_the_image_install_steps_give_a_server_that_runs(
 ) -> None:
     # The build context as .dockerignore leaves it.
     src = tmp_path / "src"
-    src.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    for name in ("client", "server"):
-        shutil.copytree(ROOT / name, src / name, ignore=ignore)
+    for path in ROOT.glob("*/**/*"):
+        relative = path.relative_to(ROOT).as_posix()
+        if path.is_file() and relative.split("/")[0] != ".git" and in_context(relative):
+            (src / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, src / relative)
     # `python` is a Python 3.11, as in the image; nothing else leaks in from our env.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -208,7 +361,7 @@ async def test_the_image_install_steps_give_a_server_that_runs(
             env[key] = os.environ[key]
     await run_script("BUILD", src, env)
     await run_script("INSTALL", src, env)
-    assert not (venv / "bin" / "pip").exists()  # the installer is gone
+    assert_exactly_the_lock(venv)
     assert_no_development_cluster(tmp_path / "wheels", venv)
 
     ca = CertificateAuthority()
