@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 
 from trainjob_devcluster.realcluster import RealCluster
-from trainjob_status.contract import GROUP, JOBSET_NAME_LABEL, audience
+from trainjob_status.contract import GROUP, audience
 
 from .rehearsal import Container, load, start, wait_ready
 from .rendering import one, render
@@ -82,7 +82,7 @@ async def test_the_servers_writes_are_classified_by_our_flowschema(
     )
     schema = real_cluster.call("POST", f"{FLOWCONTROL}/flowschemas", one(docs, "FlowSchema"))
     real_cluster.create_trainjob(TEAM, JOB)
-    real_cluster.create_pod(TEAM, POD, service_account="trainer", labels={JOBSET_NAME_LABEL: JOB})
+    real_cluster.create_trainjob_pod(TEAM, JOB, POD, service_account="trainer")
 
     # The status write the server makes, as its ServiceAccount, not persisted (dryRun).
     account = real_cluster.request_token(

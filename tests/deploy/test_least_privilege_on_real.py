@@ -21,7 +21,7 @@ import pytest
 
 from trainjob_devcluster.pytest_plugin import require_binary
 from trainjob_devcluster.realcluster import RealCluster
-from trainjob_status.contract import GROUP, JOBSET_NAME_LABEL, audience
+from trainjob_status.contract import GROUP, audience
 
 from .rehearsal import Container, load, start, wait_ready
 from .rendering import one, render
@@ -57,7 +57,7 @@ async def test_the_deployment_runs_as_its_service_account_on_the_real_api_server
     host = f"trainjob-status.{container.namespace}.svc"
     load(real_cluster, [d for d in docs if d["kind"] != "MutatingWebhookConfiguration"])
     real_cluster.create_trainjob(TEAM, JOB)
-    real_cluster.create_pod(TEAM, POD, service_account="trainer", labels={JOBSET_NAME_LABEL: JOB})
+    real_cluster.create_trainjob_pod(TEAM, JOB, POD, service_account="trainer")
     real_cluster.ensure_namespace(MONITORING)
     for account in ("prometheus", "stranger"):
         real_cluster.create("serviceaccounts", {"metadata": {"name": account}}, MONITORING)
