@@ -45,6 +45,7 @@ class Crowd:
         self.variant = variant
         self.sources = [s for s in addresses for _ in range(per_address)]
         self.opened = 0
+        self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
 
     async def __aenter__(self) -> Crowd:
@@ -54,12 +55,15 @@ class Crowd:
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        # Besides the cancellation: a member that missed it (a read that completed as
+        # it was cancelled) ends at its next turn.
+        self._stopping = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _member(self, source: str) -> None:
-        while True:
+        while not self._stopping:
             writer: asyncio.StreamWriter | None = None
             try:
                 tls = None if self.variant == "connect-only" else self.tls
@@ -89,8 +93,9 @@ class Crowd:
             writer.write(bytes([byte]))
             with contextlib.suppress(TimeoutError):
                 # A byte every half second: dripping, and light on a shared CI machine.
-                if not await asyncio.wait_for(reader.read(1), 0.5):
-                    return
+                async with asyncio.timeout(0.5):
+                    if not await reader.read(1):
+                        return
 
 
 @pytest_asyncio.fixture
