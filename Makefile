@@ -12,7 +12,7 @@ SERVER_STAMP := $(VENV)/.installed-server
 VENV_PY39 := .venv-py39
 VENV_MYPY39 := .venv-mypy39
 
-.PHONY: demo test lint typecheck unit client-py39 client-py39-run kube-assets devcluster bench clean
+.PHONY: demo test lint typecheck unit client-py39 client-py39-run kube-assets trainer-assets devcluster bench clean
 
 $(SERVER_STAMP): client/pyproject.toml server/pyproject.toml devcluster/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -103,6 +103,39 @@ $(KUBE_ASSETS_DIR)/.complete:
 	touch "$(KUBE_ASSETS_DIR).partial/.complete"
 	rm -rf "$(KUBE_ASSETS_DIR)"
 	mv "$(KUBE_ASSETS_DIR).partial" "$(KUBE_ASSETS_DIR)"
+
+# Kubeflow Trainer beside our server (the real tier's coexistence tests and
+# bench/trainer_side_by_side.py): its controller manager and our runner of its status
+# server package (tools/trainer/cmd/trainer-status-server), built from the Go module in
+# tools/trainer, whose go.mod pins the Trainer and, through it, JobSet. The manifests the
+# tests install come out of the same modules' sources in the Go module cache: the
+# Trainer's CRDs, its torch-distributed ClusterTrainingRuntime and webhook configurations,
+# and JobSet's CRD at the version the Trainer requires. Nothing is written by hand.
+TRAINER_VERSION := $(shell awk '$$1 == "github.com/kubeflow/trainer/v2" && $$2 ~ /^v/ {print $$2; exit}' tools/trainer/go.mod)
+JOBSET_VERSION := $(shell awk '$$1 == "sigs.k8s.io/jobset" && $$2 ~ /^v/ {print $$2; exit}' tools/trainer/go.mod)
+TRAINER_ASSETS_CACHE ?= $(HOME)/.cache/trainjob-status/trainer-assets
+TRAINER_ASSETS_DIR ?= $(TRAINER_ASSETS_CACHE)/trainer-$(TRAINER_VERSION)-jobset-$(JOBSET_VERSION)
+# The folder of a module in the Go module cache (downloaded first where missing).
+go_module_dir = $$(cd tools/trainer && $(GO) mod download -json $(1) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p')
+
+trainer-assets: $(TRAINER_ASSETS_DIR)/.complete
+
+$(TRAINER_ASSETS_DIR)/.complete: tools/trainer/go.mod tools/trainer/go.sum tools/trainer/cmd/trainer-status-server/main.go
+	rm -rf "$(TRAINER_ASSETS_DIR).partial"
+	mkdir -p "$(TRAINER_ASSETS_DIR).partial/bin" "$(TRAINER_ASSETS_DIR).partial/crds" "$(TRAINER_ASSETS_DIR).partial/runtimes"
+	cd tools/trainer && CGO_ENABLED=0 $(GO) build -buildvcs=false -trimpath -ldflags "-s -w" \
+	  -o "$(TRAINER_ASSETS_DIR).partial/bin/" \
+	  github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager ./cmd/trainer-status-server
+	trainer=$(call go_module_dir,github.com/kubeflow/trainer/v2@$(TRAINER_VERSION)) && \
+	jobset=$(call go_module_dir,sigs.k8s.io/jobset@$(JOBSET_VERSION)) && \
+	cp "$$trainer"/manifests/base/crds/trainer.kubeflow.org_*.yaml \
+	  "$$jobset"/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml "$(TRAINER_ASSETS_DIR).partial/crds/" && \
+	cp "$$trainer"/manifests/base/runtimes/torch_distributed.yaml "$(TRAINER_ASSETS_DIR).partial/runtimes/" && \
+	cp "$$trainer"/manifests/base/webhook/manifests.yaml "$(TRAINER_ASSETS_DIR).partial/webhooks.yaml"
+	chmod -R u+w "$(TRAINER_ASSETS_DIR).partial"
+	touch "$(TRAINER_ASSETS_DIR).partial/.complete"
+	rm -rf "$(TRAINER_ASSETS_DIR)"
+	mv "$(TRAINER_ASSETS_DIR).partial" "$(TRAINER_ASSETS_DIR)"
 
 test: lint typecheck unit client-py39
 
