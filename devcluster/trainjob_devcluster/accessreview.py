@@ -1,5 +1,7 @@
-"""SubjectAccessReview (authorization.k8s.io/v1), answered from the RBAC evaluation the
-API server applies to its own requests (authz.py): resource and non-resource attributes.
+"""SubjectAccessReview and SelfSubjectAccessReview (authorization.k8s.io/v1), answered
+from the RBAC evaluation the API server applies to its own requests (authz.py): resource
+and non-resource attributes. A self review (``kubectl auth can-i``) asks about the user
+making the request, whose identity the spec does not carry.
 
 As in kube-apiserver, system:masters may do anything, and the paths every user (or
 every authenticated user) may read are allowed without a binding. A review that RBAC
@@ -18,40 +20,42 @@ from .status import bad_request
 from .tokenfmt import object_field, string_field, string_list_field
 
 KIND = "SubjectAccessReview"
+SELF_KIND = "SelfSubjectAccessReview"
 API_VERSION = "authorization.k8s.io/v1"
 _STRUCT = "SubjectAccessReviewSpec"
 
 
-def _attributes(spec: dict[str, Any]) -> tuple[RequestInfo, str, bool]:
+def _attributes(spec: dict[str, Any], kind: str = KIND) -> tuple[RequestInfo, str, bool]:
     """(request info, API group, is a resource request) from the spec's attributes."""
+    struct = f"{kind}Spec"
     resource = object_field(
-        KIND,
+        kind,
         spec,
         "resourceAttributes",
-        _STRUCT,
+        struct,
         "spec.resourceAttributes",
         "v1.ResourceAttributes",
     )
     non_resource = object_field(
-        KIND,
+        kind,
         spec,
         "nonResourceAttributes",
-        _STRUCT,
+        struct,
         "spec.nonResourceAttributes",
         "v1.NonResourceAttributes",
     )
     if (resource is None) == (non_resource is None):
         raise bad_request(
-            f"{KIND}.authorization.k8s.io is invalid: spec.resourceAttributes: Invalid value: "
+            f"{kind}.authorization.k8s.io is invalid: spec.resourceAttributes: Invalid value: "
             '"null": exactly one of nonResourceAttributes or resourceAttributes must be specified'
         )
     if non_resource is not None:
-        path = string_field(KIND, non_resource, "path", "NonResourceAttributes", "path")
-        verb = string_field(KIND, non_resource, "verb", "NonResourceAttributes", "verb")
+        path = string_field(kind, non_resource, "path", "NonResourceAttributes", "path")
+        verb = string_field(kind, non_resource, "verb", "NonResourceAttributes", "verb")
         return RequestInfo(verb.upper(), path, verb), "", False
     assert resource is not None
     fields = {
-        key: string_field(KIND, resource, key, "ResourceAttributes", key)
+        key: string_field(kind, resource, key, "ResourceAttributes", key)
         for key in ("namespace", "verb", "group", "resource", "subresource", "name")
     }
     info = RequestInfo(
@@ -84,19 +88,51 @@ def review(
         )
     info, group, is_resource = _attributes(spec)
     user = authz.User(username, string_field(KIND, spec, "uid", _STRUCT, "spec.uid"), tuple(groups))
-    status: dict[str, Any] = {"allowed": False}
-    public = not is_resource and authz.path_allowed(user, info.path, info.verb)
-    if "system:masters" in user.groups or public:
-        status = {"allowed": True}
-    else:
-        granted = authz.granting_binding(user, info, group, bindings(info.namespace), role_lookup)
-        if granted is not None:
-            status = {"allowed": True, "reason": granted}
     metadata = object_field(KIND, doc, "metadata", KIND, "metadata", "v1.ObjectMeta") or {}
     return {
         "kind": KIND,
         "apiVersion": API_VERSION,
         "metadata": dict(metadata),
         "spec": spec,
-        "status": status,
+        "status": _verdict(user, info, group, is_resource, bindings, role_lookup),
     }
+
+
+def self_review(
+    body: Mapping[str, Any],
+    user: authz.User,
+    bindings: Callable[[str], Iterable[dict[str, Any]]],
+    role_lookup: Any,
+) -> dict[str, Any]:
+    """The SelfSubjectAccessReview answer (201): the same verdict, for ``user``."""
+    doc = dict(body)
+    spec = (
+        object_field(SELF_KIND, doc, "spec", SELF_KIND, "spec", "v1.SelfSubjectAccessReviewSpec")
+        or {}
+    )
+    info, group, is_resource = _attributes(spec, SELF_KIND)
+    metadata = object_field(SELF_KIND, doc, "metadata", SELF_KIND, "metadata", "v1.ObjectMeta")
+    return {
+        "kind": SELF_KIND,
+        "apiVersion": API_VERSION,
+        "metadata": dict(metadata or {}),
+        "spec": spec,
+        "status": _verdict(user, info, group, is_resource, bindings, role_lookup),
+    }
+
+
+def _verdict(
+    user: authz.User,
+    info: RequestInfo,
+    group: str,
+    is_resource: bool,
+    bindings: Callable[[str], Iterable[dict[str, Any]]],
+    role_lookup: Any,
+) -> dict[str, Any]:
+    public = not is_resource and authz.path_allowed(user, info.path, info.verb)
+    if "system:masters" in user.groups or public:
+        return {"allowed": True}
+    granted = authz.granting_binding(user, info, group, bindings(info.namespace), role_lookup)
+    if granted is not None:
+        return {"allowed": True, "reason": granted}
+    return {"allowed": False}

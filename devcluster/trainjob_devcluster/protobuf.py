@@ -1,6 +1,7 @@
 """Read the Kubernetes protobuf encoding of the few core objects kubectl sends that way.
 
-kubectl's typed clients (``create namespace|serviceaccount|configmap|secret|token``) send
+kubectl's typed clients (``create namespace|serviceaccount|configmap|secret|token``, and
+``create role|clusterrole|rolebinding|clusterrolebinding``) send
 ``application/vnd.kubernetes.protobuf`` and do not fall back to JSON on 415, so the
 development cluster decodes these messages into the JSON objects a real server would
 store. The envelope is ``k8s\\x00`` followed by a ``runtime.Unknown`` message; field
@@ -177,7 +178,94 @@ _BOUND_OBJECT_REFERENCE = _Message(
     }
 )
 
+_POLICY_RULE = _Message(
+    {
+        1: ("verbs", _text, "list"),
+        2: ("apiGroups", _text, "list"),
+        3: ("resources", _text, "list"),
+        4: ("resourceNames", _text, "list"),
+        5: ("nonResourceURLs", _text, "list"),
+    }
+)
+_LABEL_SELECTOR = _Message(
+    {
+        1: ("matchLabels", _text, "map"),
+        2: (
+            "matchExpressions",
+            _Message(
+                {1: ("key", _text, ""), 2: ("operator", _text, ""), 3: ("values", _text, "list")}
+            ),
+            "list",
+        ),
+    }
+)
+_ROLE = _Message({1: ("metadata", _OBJECT_META, ""), 2: ("rules", _POLICY_RULE, "list")})
+_CLUSTER_ROLE = _Message(
+    {
+        1: ("metadata", _OBJECT_META, ""),
+        2: ("rules", _POLICY_RULE, "list"),
+        3: (
+            "aggregationRule",
+            _Message({1: ("clusterRoleSelectors", _LABEL_SELECTOR, "list")}),
+            "",
+        ),
+    }
+)
+_BINDING = _Message(
+    {
+        1: ("metadata", _OBJECT_META, ""),
+        2: (
+            "subjects",
+            _Message(
+                {
+                    1: ("kind", _text, ""),
+                    2: ("apiGroup", _text, ""),
+                    3: ("name", _text, ""),
+                    4: ("namespace", _text, ""),
+                }
+            ),
+            "list",
+        ),
+        3: (
+            "roleRef",
+            _Message({1: ("apiGroup", _text, ""), 2: ("kind", _text, ""), 3: ("name", _text, "")}),
+            "",
+        ),
+    }
+)
+_RBAC = "rbac.authorization.k8s.io/v1"
+
+_ACCESS_REVIEW_SPEC = _Message(
+    {
+        1: (
+            "resourceAttributes",
+            _Message(
+                {
+                    1: ("namespace", _text, ""),
+                    2: ("verb", _text, ""),
+                    3: ("group", _text, ""),
+                    4: ("version", _text, ""),
+                    5: ("resource", _text, ""),
+                    6: ("subresource", _text, ""),
+                    7: ("name", _text, ""),
+                }
+            ),
+            "",
+        ),
+        2: (
+            "nonResourceAttributes",
+            _Message({1: ("path", _text, ""), 2: ("verb", _text, "")}),
+            "",
+        ),
+    }
+)
+
 _MESSAGES: dict[tuple[str, str], _Message] = {
+    # kubectl create role|clusterrole|rolebinding|clusterrolebinding.
+    (_RBAC, "Role"): _ROLE,
+    (_RBAC, "ClusterRole"): _CLUSTER_ROLE,
+    (_RBAC, "RoleBinding"): _BINDING,
+    (_RBAC, "ClusterRoleBinding"): _BINDING,
     ("v1", "Namespace"): _Message(
         {
             1: ("metadata", _OBJECT_META, ""),
@@ -208,6 +296,10 @@ _MESSAGES: dict[tuple[str, str], _Message] = {
             4: ("stringData", _text, "map"),
             5: ("immutable", _bool, ""),
         }
+    ),
+    # kubectl auth can-i.
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): _Message(
+        {1: ("metadata", _OBJECT_META, ""), 2: ("spec", _ACCESS_REVIEW_SPEC, "")}
     ),
     ("authentication.k8s.io/v1", "TokenRequest"): _Message(
         {

@@ -1,5 +1,10 @@
-"""Pytest fixtures: a fresh development cluster per test, serving certificates, and a
-factory of status servers against that cluster.
+"""Pytest fixtures: a fresh development cluster per test, the real control plane
+(kube-apiserver and etcd, one per session, emptied between tests), serving certificates,
+and a factory of status servers against either.
+
+A test runs on both API servers with ``@on_both_servers`` and the ``kube_api`` fixture:
+``kube_api`` is the development cluster unless that mark asks for the real one too, and
+``status_config`` (so ``make_status_server``) follows it.
 
 Enable with ``pytest_plugins = ["trainjob_devcluster.pytest_plugin"]``. The helpers they
 are built on (:mod:`.testing`) import without pytest.
@@ -10,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,7 +28,18 @@ from trainjob_status_server.auth.authenticator import Authenticator
 from trainjob_status_server.config import Config
 
 from .cluster import DevCluster
+from .controlplane import AssetsMissing, ControlPlane, find_assets
+from .realcluster import RealCluster
 from .testing import ServingCerts, running_server, server_config
+
+KubeAPI = DevCluster | RealCluster
+
+# The two API servers a test marked with it runs on (ids: "devcluster", "real").
+on_both_servers = pytest.mark.parametrize("kube_api", ["devcluster", "real"], indirect=True)
+
+
+def _in_ci() -> bool:
+    return os.environ.get("TRAINJOB_STATUS_CI") == "1"
 
 
 def require_binary(name: str, package: str | None = None) -> str:
@@ -34,7 +50,7 @@ def require_binary(name: str, package: str | None = None) -> str:
     if path is not None:
         return path
     install = f"apt-get install -y {package or name}"
-    if os.environ.get("TRAINJOB_STATUS_CI") == "1":
+    if _in_ci():
         pytest.fail(f"{name} is not installed (CI installs it: {install})")
     pytest.skip(f"{name} is not installed ({install})")
 
@@ -46,6 +62,39 @@ async def devcluster() -> AsyncIterator[DevCluster]:
         yield cluster
 
 
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[RealCluster]:
+    """etcd and kube-apiserver for the whole session (their start costs seconds), with
+    the TrainJob and JobSet CRDs. Skipped where ``KUBEBUILDER_ASSETS`` has no binaries,
+    except under CI (TRAINJOB_STATUS_CI=1), where that fails."""
+    try:
+        assets = find_assets()
+    except AssetsMissing as missing:
+        if _in_ci():
+            pytest.fail(str(missing))
+        pytest.skip(str(missing))
+    with ControlPlane(assets) as plane:
+        cluster = RealCluster(plane)
+        cluster.mark_baseline()
+        yield cluster
+
+
+@pytest.fixture
+def real_cluster(control_plane: RealCluster) -> RealCluster:
+    """The session's control plane, emptied of what earlier tests made."""
+    control_plane.reset()
+    return control_plane
+
+
+@pytest.fixture
+def kube_api(request: pytest.FixtureRequest) -> KubeAPI:
+    """The API server a test talks to: the development cluster, or with
+    ``@on_both_servers`` each of it and the real control plane in turn."""
+    which = getattr(request, "param", "devcluster")
+    found: KubeAPI = request.getfixturevalue("real_cluster" if which == "real" else "devcluster")
+    return found
+
+
 @pytest.fixture
 def serving_certs(tmp_path: Path) -> ServingCerts:
     """A CA of its own and a localhost serving pair in ``tmp_path`` (tls.crt, tls.key,
@@ -54,9 +103,9 @@ def serving_certs(tmp_path: Path) -> ServingCerts:
 
 
 @pytest.fixture
-def status_config(devcluster: DevCluster, serving_certs: ServingCerts) -> Config:
-    """:func:`.testing.server_config` against the ``devcluster`` with ``serving_certs``."""
-    return server_config(devcluster.kubeconfig_path, serving_certs)
+def status_config(kube_api: KubeAPI, serving_certs: ServingCerts) -> Config:
+    """:func:`.testing.server_config` against ``kube_api`` with ``serving_certs``."""
+    return server_config(kube_api.kubeconfig_path, serving_certs)
 
 
 class MakeStatusServer(Protocol):

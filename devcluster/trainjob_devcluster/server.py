@@ -142,6 +142,12 @@ class ClusterApp:
             return self.paths.serve(request, user)
         query = request.query
         verb = info.verb
+        if resource.verbs == ("create",) and info.name:
+            # Reviews have no names: the API server has no route for one (404, not 405).
+            raise status.no_route()
+        if resource.verbs == ("create",) and verb != "create":
+            # Nor any method but POST on their collection (a GET is no list).
+            raise status.method_not_allowed()
         if verb == "watch":
             return self._watch(request, connection, info, resource)
         if verb == "list":
@@ -157,6 +163,11 @@ class ClusterApp:
         )
         if verb == "create" and not info.subresource and self.admission.configured():
             return self._admitted(request, call, user)
+        if resource.plural == "selfsubjectaccessreviews" and verb == "create":
+            body = accessreview.self_review(
+                self._json_object(call), user, self._bindings, self._role
+            )
+            return self.paths.render(request, resource, body, 201)
         return self._answer(request, call)
 
     def _answer(self, request: Request, call: Call) -> Response:

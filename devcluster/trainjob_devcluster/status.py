@@ -69,6 +69,11 @@ def _details(name: str | None, group: str, kind: str) -> dict[str, Any]:
     return details
 
 
+def no_route() -> ApiError:
+    """A path the API server has no handler for under a known resource (a named review)."""
+    return ApiError(404, "NotFound", "the server could not find the requested resource", {})
+
+
 def not_found(qualified: str, group: str, plural: str, name: str) -> ApiError:
     """``trainjobs.trainer.kubeflow.org "x" not found``; details.kind is the plural."""
     return ApiError(

@@ -1,5 +1,6 @@
 """Least privilege, enforced: the rendered ServiceAccount, roles and bindings loaded into
-the devcluster (which authorizes service accounts by RBAC, resourceNames included), and
+the devcluster (which authorizes service accounts by RBAC, resourceNames included) and
+into the real control plane, and
 the server's components run with that account's token. What they need works; the
 neighbouring requests they must not be able to make are refused."""
 
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from trainjob_devcluster import DevCluster
 from trainjob_devcluster.kubeconfig import write_kubeconfig
+from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_status.contract import JOBSET_NAME_LABEL
 from trainjob_status_server.certificates import certs, pki
 from trainjob_status_server.certificates.certs import CertBootstrap, CertSettings
@@ -40,7 +41,7 @@ PLURALS = {
 TOKENREVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview")
 
 
-async def as_server(cluster: DevCluster, component: str | None, workdir: Path) -> KubeClient:
+async def as_server(cluster: KubeAPI, component: str | None, workdir: Path) -> KubeClient:
     """A KubeClient holding the server's service-account token, with the quick start's
     RBAC and that of ``component``."""
     for doc in render("quick-start", *([component] if component else [])):
@@ -53,8 +54,8 @@ async def as_server(cluster: DevCluster, component: str | None, workdir: Path) -
 
 
 @pytest_asyncio.fixture
-async def kube(devcluster: DevCluster, tmp_path: Path) -> AsyncIterator[KubeClient]:
-    client = await as_server(devcluster, None, tmp_path)
+async def kube(kube_api: KubeAPI, tmp_path: Path) -> AsyncIterator[KubeClient]:
+    client = await as_server(kube_api, None, tmp_path)
     yield client
     await client.close()
 
@@ -65,8 +66,9 @@ async def refused(call: object) -> int:
     return caught.value.status
 
 
+@on_both_servers
 async def test_the_certificate_bootstrap_works_with_its_role_only(
-    devcluster: DevCluster, kube: KubeClient, tmp_path: Path
+    kube_api: KubeAPI, kube: KubeClient, tmp_path: Path
 ) -> None:
     clock = time.time
     settings = CertSettings(
@@ -85,17 +87,18 @@ async def test_the_certificate_bootstrap_works_with_its_role_only(
     await bootstrap.stop()
     assert bootstrap.renewals == 2
     # Any other Secret, here or elsewhere, is out of reach.
-    devcluster.create("secrets", {"metadata": {"name": "other"}, "data": {}}, NS)
+    kube_api.create("secrets", {"metadata": {"name": "other"}, "data": {}}, NS)
     assert await refused(kube.get(SECRETS, NS, "other")) == 403
     assert await refused(kube.get(SECRETS, "default", "trainjob-status-tls")) == 403
     assert await refused(kube.list(SECRETS, namespace=NS)) == 403
 
 
+@on_both_servers
 async def test_caches_status_writes_and_ca_distribution_work(
-    devcluster: DevCluster, kube: KubeClient, tmp_path: Path
+    kube_api: KubeAPI, kube: KubeClient, tmp_path: Path
 ) -> None:
-    devcluster.create_trainjob("team-a", "tj")
-    devcluster.create_pod("team-a", "tj-node-0-0", labels={JOBSET_NAME_LABEL: "tj"})
+    kube_api.create_trainjob("team-a", "tj")
+    kube_api.create_pod("team-a", "tj-node-0-0", labels={JOBSET_NAME_LABEL: "tj"})
     trainjobs, pods = WatchCache(kube, TRAINJOBS), WatchCache(kube, PODS)
     ca_file = tmp_path / "ca.crt"
     ca_file.write_bytes(pki.new_bundle(["x"], dt.datetime.now(dt.UTC), pki.Policy()).ca_pem)
@@ -119,7 +122,7 @@ async def test_caches_status_writes_and_ca_distribution_work(
         await pods.stop()
         await trainjobs.stop()
     # Only the CA ConfigMap: no other may be patched, none read.
-    devcluster.create("configmaps", {"metadata": {"name": "app-config"}, "data": {}}, "team-a")
+    kube_api.create("configmaps", {"metadata": {"name": "app-config"}, "data": {}}, "team-a")
     body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app-config"}}
     assert (
         await refused(kube.apply(CONFIGMAPS, "team-a", "app-config", body, field_manager="x"))
@@ -136,11 +139,12 @@ async def test_caches_status_writes_and_ca_distribution_work(
     assert await refused(kube.patch(PODS, "team-a", "tj-node-0-0", [])) == 403
 
 
+@on_both_servers
 @pytest.mark.parametrize(("component", "allowed"), [(None, False), ("token-review", True)])
 async def test_tokenreview_only_with_its_component(
-    devcluster: DevCluster, tmp_path: Path, component: str | None, allowed: bool
+    kube_api: KubeAPI, tmp_path: Path, component: str | None, allowed: bool
 ) -> None:
-    kube = await as_server(devcluster, component, tmp_path)
+    kube = await as_server(kube_api, component, tmp_path)
     review = {
         "apiVersion": "authentication.k8s.io/v1",
         "kind": "TokenReview",

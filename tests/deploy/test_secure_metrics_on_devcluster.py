@@ -1,7 +1,7 @@
-"""The secure-metrics component's RBAC, loaded into the devcluster, is what
-``--metrics-secure`` needs: a server holding its ServiceAccount's token answers a scraper
-bound to the rendered scraper ClusterRole with the metrics, one that is not with 403; the
-same server without the component's RBAC cannot ask (503)."""
+"""The secure-metrics component's RBAC, loaded into the devcluster and into the real
+control plane, is what ``--metrics-secure`` needs: a server holding its ServiceAccount's
+token answers a scraper bound to the rendered scraper ClusterRole with the metrics, one
+that is not with 403; the same server without the component's RBAC cannot ask (503)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from trainjob_devcluster import DevCluster
 from trainjob_devcluster.kubeconfig import write_kubeconfig
+from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_devcluster.testing import ServingCerts, running_server, server_config
 
 from .rendering import render
@@ -24,14 +24,14 @@ NS = "trainjob-status"
 RBAC = "rbac.authorization.k8s.io"
 
 
-def load_rbac(cluster: DevCluster, *components: str) -> None:
+def load_rbac(cluster: KubeAPI, *components: str) -> None:
     for doc in render("quick-start", *components):
         if doc["kind"] in PLURALS:
             plural, group = PLURALS[doc["kind"]]
             cluster.create(plural, doc, doc["metadata"].get("namespace", ""), group)
 
 
-def scraper_token(cluster: DevCluster, name: str, *, bound: bool) -> str:
+def scraper_token(cluster: KubeAPI, name: str, *, bound: bool) -> str:
     cluster.ensure_namespace("monitoring")
     cluster.create("serviceaccounts", {"metadata": {"name": name}}, "monitoring")
     if bound:
@@ -53,7 +53,7 @@ def scraper_token(cluster: DevCluster, name: str, *, bound: bool) -> str:
 
 
 async def scrape(
-    cluster: DevCluster, tmp_path: Path, tokens: list[str]
+    cluster: KubeAPI, tmp_path: Path, tokens: list[str]
 ) -> AsyncIterator[tuple[int, Any]]:
     """Runs the server as its ServiceAccount with --metrics-secure; (code, body) per token."""
     server_token = cluster.request_token(NS, "trainjob-status", [cluster.issuer])
@@ -73,13 +73,14 @@ async def scrape(
                     yield got.status, body
 
 
+@on_both_servers
 async def test_the_components_rbac_lets_the_server_judge_scrapers(
-    devcluster: DevCluster, tmp_path: Path
+    kube_api: KubeAPI, tmp_path: Path
 ) -> None:
-    load_rbac(devcluster, "secure-metrics")
-    allowed = scraper_token(devcluster, "prometheus", bound=True)
-    stranger = scraper_token(devcluster, "stranger", bound=False)
-    answers = [answer async for answer in scrape(devcluster, tmp_path, [allowed, stranger])]
+    load_rbac(kube_api, "secure-metrics")
+    allowed = scraper_token(kube_api, "prometheus", bound=True)
+    stranger = scraper_token(kube_api, "stranger", bound=False)
+    answers = [answer async for answer in scrape(kube_api, tmp_path, [allowed, stranger])]
     (code, page), (refused, status) = answers
     assert code == 200
     assert "trainjob_status_requests_total" in page
@@ -90,11 +91,12 @@ async def test_the_components_rbac_lets_the_server_judge_scrapers(
     )
 
 
+@on_both_servers
 @pytest.mark.parametrize("component", [None, "token-review"])
 async def test_without_the_components_rbac_the_server_cannot_ask(
-    devcluster: DevCluster, tmp_path: Path, component: str | None
+    kube_api: KubeAPI, tmp_path: Path, component: str | None
 ) -> None:
-    load_rbac(devcluster, *([component] if component else []))
-    allowed = scraper_token(devcluster, "prometheus", bound=False)
-    [(code, status)] = [answer async for answer in scrape(devcluster, tmp_path, [allowed])]
+    load_rbac(kube_api, *([component] if component else []))
+    allowed = scraper_token(kube_api, "prometheus", bound=False)
+    [(code, status)] = [answer async for answer in scrape(kube_api, tmp_path, [allowed])]
     assert (code, status["reason"]) == (503, "ServiceUnavailable")

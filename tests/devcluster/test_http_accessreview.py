@@ -4,6 +4,8 @@ refuses them."""
 
 from typing import Any
 
+import pytest
+
 from trainjob_devcluster import DevCluster
 
 from .conftest import Api
@@ -142,4 +144,75 @@ async def test_a_service_account_needs_rbac_to_ask(api: Api, devcluster: DevClus
         'subjectaccessreviews.authorization.k8s.io is forbidden: User "system:serviceaccount:mon:'
         'scraper" cannot create resource "subjectaccessreviews" in API group '
         '"authorization.k8s.io" at the cluster scope'
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        PATH,
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+    ],
+)
+@pytest.mark.parametrize("method", ["GET", "DELETE", "PUT", "PATCH"])
+async def test_review_collections_answer_only_post(api: Api, path: str, method: str) -> None:
+    sent = {} if method in ("PUT", "PATCH") else None
+    kind = "application/merge-patch+json" if method == "PATCH" else "application/json"
+    code, body, _ = await api.call(method, path, sent, content_type=kind)
+    assert (code, body) == (
+        405,
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "the server does not allow this method on the requested resource",
+            "reason": "MethodNotAllowed",
+            "details": {},
+            "code": 405,
+        },
+    )
+
+
+async def test_a_self_review_answers_for_the_caller(api: Api, devcluster: DevCluster) -> None:
+    path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"namespace": "mon", "verb": "get", "resource": "pods"}},
+    }
+    code, body, _ = await api.call("POST", path, review)
+    assert (code, body["kind"], body["spec"], body["status"]) == (
+        201,
+        "SelfSubjectAccessReview",
+        review["spec"],
+        {"allowed": True},
+    )
+    # Any authenticated user may ask about itself, and gets its own answer.
+    devcluster.ensure_namespace("mon")
+    devcluster.create("serviceaccounts", {"metadata": {"name": "scraper"}}, "mon")
+    token = devcluster.request_token("mon", "scraper", [devcluster.issuer])
+    code, body, _ = await api.call("POST", path, review, token=token)
+    assert (code, body["status"]) == (201, {"allowed": False})
+    # Nothing is stored: a review is an answer, not an object.
+    assert devcluster.list("selfsubjectaccessreviews", group="authorization.k8s.io") == []
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+async def test_a_named_review_has_no_route(api: Api, method: str) -> None:
+    body = {} if method == "PUT" else None
+    code, answer, _ = await api.call(method, PATH + "/some-name", body)
+    assert (code, answer) == (
+        404,
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "the server could not find the requested resource",
+            "reason": "NotFound",
+            "details": {},
+            "code": 404,
+        },
     )

@@ -23,6 +23,7 @@ pytestmark = [
 ]
 
 GROUP = "trainer.kubeflow.org"
+RBAC = "rbac.authorization.k8s.io"
 TRAINJOB = """\
 apiVersion: trainer.kubeflow.org/v1alpha1
 kind: TrainJob
@@ -262,3 +263,51 @@ async def test_unauthenticated_kubectl_is_rejected(
         "error: You must be logged in to the server (the server has asked for the client "
         "to provide credentials)"
     )
+
+
+async def test_create_rbac_objects_as_the_docs_ask(
+    kubectl: Kubectl, devcluster: DevCluster
+) -> None:
+    """kubectl sends these as protobuf too: the binding docs/kubeflow.md asks for."""
+    await kubectl.ok("create", "namespace", "team-a")
+    assert (
+        await kubectl.ok(
+            "create", "clusterrole", "metrics", "--verb=get", "--non-resource-url=/metrics"
+        )
+        == "clusterrole.rbac.authorization.k8s.io/metrics created\n"
+    )
+    assert (
+        await kubectl.ok(
+            "create",
+            "clusterrolebinding",
+            "scrape",
+            "--clusterrole=metrics",
+            "--serviceaccount=monitoring:prometheus",
+        )
+        == "clusterrolebinding.rbac.authorization.k8s.io/scrape created\n"
+    )
+    await kubectl.ok("create", "role", "r", "-n", "team-a", "--verb=get", "--resource=configmaps")
+    await kubectl.ok("create", "rolebinding", "rb", "-n", "team-a", "--role=r", "--user=jane")
+    binding = devcluster.get("clusterrolebindings", "", "scrape", RBAC)
+    assert binding is not None
+    assert binding["roleRef"] == {"apiGroup": RBAC, "kind": "ClusterRole", "name": "metrics"}
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}
+    ]
+    role = devcluster.get("clusterroles", "", "metrics", RBAC)
+    assert role is not None
+    assert role["rules"] == [{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}]
+    rolebinding = devcluster.get("rolebindings", "team-a", "rb", RBAC)
+    assert rolebinding is not None
+    assert rolebinding["subjects"] == [{"kind": "User", "apiGroup": RBAC, "name": "jane"}]
+
+
+async def test_auth_can_i_asks_a_self_subject_access_review(
+    kubectl: Kubectl, devcluster: DevCluster
+) -> None:
+    assert await kubectl.ok("auth", "can-i", "get", "pods") == "yes\n"
+    devcluster.ensure_namespace("team-a")
+    devcluster.create("serviceaccounts", {"metadata": {"name": "nobody"}}, "team-a")
+    token = devcluster.request_token("team-a", "nobody", [devcluster.issuer])
+    refused = await kubectl.run("auth", "can-i", "get", "pods", "--token", token)
+    assert (refused.code, refused.out) == (1, "no\n")

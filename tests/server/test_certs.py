@@ -20,6 +20,7 @@ from aiohttp import web
 from cryptography import x509
 
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_status_server.certificates import certs, pki
 from trainjob_status_server.certificates.certs import CertBootstrap, CertSettings, WebhookCABundle
 from trainjob_status_server.certificates.tls import ReloadingTLS
@@ -59,9 +60,9 @@ def settings(directory: Path, policy: pki.Policy = SHORT, **kw: object) -> CertS
 
 
 @pytest_asyncio.fixture
-async def kube(devcluster: DevCluster) -> AsyncIterator[KubeClient]:
-    devcluster.ensure_namespace(HERE)
-    async with KubeClient(devcluster.kubeconfig_path, qps=1000, burst=1000, timeout=2.0) as k:
+async def kube(kube_api: KubeAPI) -> AsyncIterator[KubeClient]:
+    kube_api.ensure_namespace(HERE)
+    async with KubeClient(kube_api.kubeconfig_path, qps=1000, burst=1000, timeout=2.0) as k:
         yield k
 
 
@@ -73,7 +74,7 @@ async def standin(tmp_path: Path) -> AsyncIterator[StandIn]:
     await server.stop()
 
 
-def stored_bundle(cluster: DevCluster) -> pki.Bundle:
+def stored_bundle(cluster: KubeAPI) -> pki.Bundle:
     secret = cluster.get("secrets", HERE, "trainjob-status-tls")
     assert secret is not None
     assert secret["type"] == "kubernetes.io/tls"
@@ -85,14 +86,15 @@ def files(s: CertSettings) -> tuple[bytes, bytes, bytes]:
     return s.cert_file.read_bytes(), s.key_file.read_bytes(), s.ca_file.read_bytes()
 
 
+@on_both_servers
 async def test_bootstrap_creates_the_secret_and_writes_the_files(
-    devcluster: DevCluster, kube: KubeClient, tmp_path: Path
+    kube_api: KubeAPI, kube: KubeClient, tmp_path: Path
 ) -> None:
     s = settings(tmp_path)
     bootstrap = CertBootstrap(kube, s)
     await bootstrap.start()
     try:
-        bundle = stored_bundle(devcluster)
+        bundle = stored_bundle(kube_api)
         assert files(s) == (bundle.tls_cert, bundle.tls_key, bundle.ca_pem)
         assert stat.S_IMODE(s.key_file.stat().st_mode) == 0o600
         assert bootstrap.renewals == 1
@@ -219,6 +221,38 @@ async def test_ca_bundle_is_kept_in_sync(
             await bootstrap.stop()
 
 
+@on_both_servers
+async def test_ca_bundle_is_patched_in_the_api_servers_own_configuration(
+    kube_api: KubeAPI, kube: KubeClient, tmp_path: Path
+) -> None:
+    """The configuration the API server itself holds (no webhook in it has rules: nothing
+    is ever called), patched by the bootstrap and again after a CA rotation."""
+    admission = "admissionregistration.k8s.io"
+    kube_api.create(
+        "mutatingwebhookconfigurations", webhook_configuration(hooks=2), group=admission
+    )
+
+    def bundles() -> list[bytes | None]:
+        found = kube_api.get("mutatingwebhookconfigurations", "", "trainjob-status", admission)
+        assert found is not None
+        hooks = [hook["clientConfig"].get("caBundle") for hook in found["webhooks"]]
+        return [None if b is None else base64.b64decode(b) for b in hooks]
+
+    clock = Clock(time.time())
+    bootstrap = CertBootstrap(kube, settings(tmp_path), WebhookCABundle(kube), clock=clock)
+    await bootstrap.start()
+    try:
+        ca = stored_bundle(kube_api).ca_pem
+        assert bundles() == [ca, ca, b"other"]
+        clock.now += 21 * 24 * HOUR
+        await bootstrap.ensure()
+        rotated = stored_bundle(kube_api)
+        assert rotated.ca_certs[1] == ca
+        assert bundles() == [rotated.ca_pem, rotated.ca_pem, b"other"]
+    finally:
+        await bootstrap.stop()
+
+
 async def test_missing_webhook_configuration_is_not_an_error(
     devcluster: DevCluster, kube: KubeClient, standin: StandIn, tmp_path: Path
 ) -> None:
@@ -230,10 +264,11 @@ async def test_missing_webhook_configuration_is_not_an_error(
     assert stored_bundle(devcluster)
 
 
+@on_both_servers
 async def test_an_unusable_secret_is_replaced(
-    devcluster: DevCluster, kube: KubeClient, tmp_path: Path
+    kube_api: KubeAPI, kube: KubeClient, tmp_path: Path
 ) -> None:
-    devcluster.create(
+    kube_api.create(
         "secrets",
         {"metadata": {"name": "trainjob-status-tls"}, "type": "Opaque", "data": {"x": "eQ=="}},
         HERE,
@@ -241,7 +276,7 @@ async def test_an_unusable_secret_is_replaced(
     bootstrap = CertBootstrap(kube, settings(tmp_path))
     await bootstrap.start()
     await bootstrap.stop()
-    secret = devcluster.get("secrets", HERE, "trainjob-status-tls")
+    secret = kube_api.get("secrets", HERE, "trainjob-status-tls")
     assert secret is not None
     assert secret["type"] == "Opaque"  # a type never changes
     assert pki.Bundle.from_secret_data(secret["data"]) == bootstrap.bundle

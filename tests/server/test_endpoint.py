@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 
@@ -23,19 +24,19 @@ from .conftest import GROUP, NS, Poster, ServingCerts, status_path, with_changes
 LUT = "2026-12-02T18:33:25Z"
 
 
-def stored(devcluster: DevCluster, name: str = "tj") -> dict[str, Any]:
-    obj = devcluster.get("trainjobs", NS, name, GROUP)
+def stored(cluster: KubeAPI, name: str = "tj") -> dict[str, Any]:
+    obj = cluster.get("trainjobs", NS, name, GROUP)
     assert obj is not None
     return obj
 
 
-def rv(devcluster: DevCluster, name: str = "tj") -> str:
-    return str(stored(devcluster, name)["metadata"]["resourceVersion"])
+def rv(cluster: KubeAPI, name: str = "tj") -> str:
+    return str(stored(cluster, name)["metadata"]["resourceVersion"])
 
 
 @pytest.fixture
-def trainjob(devcluster: DevCluster) -> str:
-    devcluster.create_trainjob(NS, "tj")
+def trainjob(kube_api: KubeAPI) -> str:
+    kube_api.create_trainjob(NS, "tj")
     return "tj"
 
 
@@ -43,8 +44,9 @@ def status(body: Any) -> tuple[str, str, int]:
     return body["reason"], body["message"], body["code"]
 
 
+@on_both_servers
 async def test_valid_update_is_written_and_echoed(
-    poster: Poster, devcluster: DevCluster, trainjob: str
+    poster: Poster, kube_api: KubeAPI, trainjob: str
 ) -> None:
     update = {
         "progressPercentage": 42,
@@ -54,39 +56,45 @@ async def test_valid_update_is_written_and_echoed(
     }
     code, body = await poster.post(trainjob, {"trainerStatus": update, "extra": 1})
     assert (code, body) == (200, {"trainerStatus": update})
-    assert stored(devcluster)["status"]["trainerStatus"] == update
-    managed = [m for m in stored(devcluster)["metadata"]["managedFields"] if m.get("subresource")]
+    assert stored(kube_api)["status"]["trainerStatus"] == update
+    managed = [m for m in stored(kube_api)["metadata"]["managedFields"] if m.get("subresource")]
     assert [(m["manager"], m["operation"], m["subresource"]) for m in managed] == [
         ("trainer-status", "Apply", "status")
     ]
 
 
+@on_both_servers
 async def test_a_field_left_out_is_removed(
-    poster: Poster, devcluster: DevCluster, trainjob: str
+    poster: Poster, kube_api: KubeAPI, trainjob: str
 ) -> None:
     first = {"progressPercentage": 10, "estimatedRemainingSeconds": 60, "lastUpdatedTime": LUT}
     assert (await poster.post(trainjob, {"trainerStatus": first}))[0] == 200
     second = {"estimatedRemainingSeconds": 30, "lastUpdatedTime": "2026-12-02T18:34:00Z"}
     assert (await poster.post(trainjob, {"trainerStatus": second}))[0] == 200
-    assert stored(devcluster)["status"]["trainerStatus"] == second
+    assert stored(kube_api)["status"]["trainerStatus"] == second
 
 
+@on_both_servers
 @pytest.mark.parametrize("body", [{}, {"trainerStatus": None}, {"other": {"x": 1}}])
 async def test_nothing_to_write_answers_200_and_writes_nothing(
-    poster: Poster, devcluster: DevCluster, trainjob: str, body: dict[str, Any]
+    poster: Poster, kube_api: KubeAPI, trainjob: str, body: dict[str, Any]
 ) -> None:
-    before = rv(devcluster)
-    devcluster.faults.reset_counts()
+    before = rv(kube_api)
+    if isinstance(kube_api, DevCluster):  # counts: devcluster only
+        kube_api.faults.reset_counts()
     assert await poster.post(trainjob, body) == (200, {})
-    assert rv(devcluster) == before
-    assert devcluster.faults.count("patch") == 0
+    assert rv(kube_api) == before
+    if isinstance(kube_api, DevCluster):  # counts: devcluster only
+        assert kube_api.faults.count("patch") == 0
 
 
+@on_both_servers
 async def test_progress_150_is_refused_as_the_api_server_words_it(
-    poster: Poster, devcluster: DevCluster, trainjob: str
+    poster: Poster, kube_api: KubeAPI, trainjob: str
 ) -> None:
-    before = rv(devcluster)
-    devcluster.faults.reset_counts()
+    before = rv(kube_api)
+    if isinstance(kube_api, DevCluster):  # counts: devcluster only
+        kube_api.faults.reset_counts()
     code, body = await poster.post(
         trainjob, {"trainerStatus": {"progressPercentage": 150, "lastUpdatedTime": LUT}}
     )
@@ -115,8 +123,9 @@ async def test_progress_150_is_refused_as_the_api_server_words_it(
         },
         "code": 422,
     }
-    assert rv(devcluster) == before
-    assert devcluster.faults.count("patch") == 0
+    assert rv(kube_api) == before
+    if isinstance(kube_api, DevCluster):  # counts: devcluster only
+        assert kube_api.faults.count("patch") == 0
 
 
 async def test_all_violations_come_in_one_answer(
@@ -145,17 +154,17 @@ async def test_all_violations_come_in_one_answer(
     ]
 
 
-async def test_missing_trainjob_is_404_and_not_created(
-    poster: Poster, devcluster: DevCluster
-) -> None:
-    devcluster.ensure_namespace(NS)
+@on_both_servers
+async def test_missing_trainjob_is_404_and_not_created(poster: Poster, kube_api: KubeAPI) -> None:
+    kube_api.ensure_namespace(NS)
     code, body = await poster.post(
         "ghost", {"trainerStatus": {"progressPercentage": 1, "lastUpdatedTime": LUT}}
     )
     assert code == 404
     assert status(body) == ("NotFound", "Train job not found", 404)
-    assert devcluster.get("trainjobs", NS, "ghost", GROUP) is None
-    assert devcluster.faults.count("patch") == 0
+    assert kube_api.get("trainjobs", NS, "ghost", GROUP) is None
+    if isinstance(kube_api, DevCluster):  # counts: devcluster only
+        assert kube_api.faults.count("patch") == 0
 
 
 async def test_posts_for_a_missing_trainjob_cost_one_lookup_until_it_appears(
@@ -304,23 +313,25 @@ async def test_no_content_type_is_required(
     assert stored(devcluster)["status"]["trainerStatus"]["progressPercentage"] == 9
 
 
+@on_both_servers
 async def test_missing_last_updated_time_is_stamped_with_the_receive_time(
-    poster: Poster, devcluster: DevCluster, trainjob: str
+    poster: Poster, kube_api: KubeAPI, trainjob: str
 ) -> None:
     before = dt.datetime.now(dt.UTC).replace(microsecond=0)
     code, body = await poster.post(trainjob, {"trainerStatus": {"progressPercentage": 1}})
     after = dt.datetime.now(dt.UTC)
     assert code == 200
-    written = stored(devcluster)["status"]["trainerStatus"]["lastUpdatedTime"]
+    written = stored(kube_api)["status"]["trainerStatus"]["lastUpdatedTime"]
     assert body["trainerStatus"]["lastUpdatedTime"] == written
     stamped = dt.datetime.fromisoformat(written)
     assert before <= stamped <= after
 
 
+@on_both_servers
 async def test_a_time_far_in_the_future_is_refused(
-    poster: Poster, devcluster: DevCluster, trainjob: str
+    poster: Poster, kube_api: KubeAPI, trainjob: str
 ) -> None:
-    before = rv(devcluster)
+    before = rv(kube_api)
     future = (dt.datetime.now(dt.UTC) + dt.timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
     code, body = await poster.post(trainjob, {"trainerStatus": {"lastUpdatedTime": future}})
     assert code == 422
@@ -331,7 +342,7 @@ async def test_a_time_far_in_the_future_is_refused(
         f'Invalid value: "{future}": must not be more than 5 minutes after the time the '
         "server received it ("
     )
-    assert rv(devcluster) == before
+    assert rv(kube_api) == before
 
 
 @pytest.mark.parametrize(

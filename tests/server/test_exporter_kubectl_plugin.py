@@ -25,6 +25,8 @@ import yaml
 from rich.console import Console
 
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.realcluster import RealCluster
 from trainjob_status.contract import GROUP
 from trainjob_status_server.gofmt import human_duration
 from trainjob_status_server.kube import KubeClient
@@ -391,7 +393,7 @@ _WITH_DEFAULT_SIGINT = (
 class Kubectl:
     """The real kubectl with the plugin on PATH (a wrapper running this checkout's module)."""
 
-    def __init__(self, cluster: DevCluster, home: Path) -> None:
+    def __init__(self, cluster: KubeAPI, home: Path) -> None:
         bin_dir = home / "bin"
         bin_dir.mkdir()
         self.plugin = bin_dir / "kubectl-trainjob"
@@ -436,13 +438,13 @@ class Kubectl:
 
 
 @pytest_asyncio.fixture
-async def kubectl(devcluster: DevCluster, tmp_path: Path) -> Kubectl:
-    return Kubectl(devcluster, tmp_path)
+async def kubectl(kube_api: KubeAPI, tmp_path: Path) -> Kubectl:
+    return Kubectl(kube_api, tmp_path)
 
 
 @pytest_asyncio.fixture
-async def kube(devcluster: DevCluster) -> AsyncIterator[KubeClient]:
-    async with KubeClient(devcluster.kubeconfig_path, qps=1000, burst=1000, timeout=5) as client:
+async def kube(kube_api: KubeAPI) -> AsyncIterator[KubeClient]:
+    async with KubeClient(kube_api.kubeconfig_path, qps=1000, burst=1000, timeout=5) as client:
         yield client
 
 
@@ -452,11 +454,11 @@ async def report(kube: KubeClient, namespace: str, name: str, **status: Any) -> 
 
 
 @pytest_asyncio.fixture
-async def jobs(devcluster: DevCluster, kube: KubeClient) -> float:
+async def jobs(kube_api: KubeAPI, kube: KubeClient) -> float:
     """team-a/tj-a reported an hour ago and was created, team-a/tj-b never reported;
     team-b/tj-c is done and complete."""
     for namespace, name in (("team-a", "tj-a"), ("team-a", "tj-b"), ("team-b", "tj-c")):
-        devcluster.create_trainjob(namespace, name)
+        kube_api.create_trainjob(namespace, name)
     now = dt.datetime.now(dt.UTC).timestamp()
     await report(
         kube,
@@ -469,9 +471,9 @@ async def jobs(devcluster: DevCluster, kube: KubeClient) -> float:
     )
     done = {"progressPercentage": 100, "estimatedRemainingSeconds": 0}
     await report(kube, "team-b", "tj-c", **done, lastUpdatedTime=iso(now - 3600))
-    set_conditions(devcluster, "team-a", "tj-a", {"type": "Created", "status": "True"})
+    set_conditions(kube_api, "team-a", "tj-a", {"type": "Created", "status": "True"})
     set_conditions(
-        devcluster,
+        kube_api,
         "team-b",
         "tj-c",
         {"type": "Created", "status": "True"},
@@ -481,10 +483,20 @@ async def jobs(devcluster: DevCluster, kube: KubeClient) -> float:
 
 
 def set_conditions(
-    cluster: DevCluster, namespace: str, name: str, *conditions: dict[str, str]
+    cluster: KubeAPI, namespace: str, name: str, *conditions: dict[str, str]
 ) -> None:
     """What the Trainer's controller does: write ``status.conditions`` (stored and
     watched), leaving the rest of the status as it is."""
+    if isinstance(cluster, RealCluster):
+        # Through the API, with the fields metav1.Condition requires there.
+        full = [
+            {"lastTransitionTime": cluster.now(), "reason": c["type"], "message": "", **c}
+            for c in conditions
+        ]
+        path = cluster.path("trainjobs", namespace, name, GROUP) + "/status"
+        patch = {"status": {"conditions": full}}
+        cluster.call("PATCH", path, patch, content_type="application/merge-patch+json")
+        return
     qualified = cluster.resource("trainjobs", GROUP).qualified
     old = cluster.store.get(qualified, namespace, name)
     assert old is not None
@@ -502,6 +514,7 @@ class TestThroughKubectl:
         help_text = await kubectl.ok("trainjob", "progress", "--help")
         assert "usage: kubectl trainjob progress" in help_text
 
+    @on_both_servers
     async def test_table_of_a_namespace_with_chosen_metrics(
         self, kubectl: Kubectl, jobs: float
     ) -> None:
@@ -512,6 +525,7 @@ class TestThroughKubectl:
             "tj-b   -         -                           -     -         -",
         ]
 
+    @on_both_servers
     async def test_all_namespaces_and_names(self, kubectl: Kubectl, jobs: float) -> None:
         # The metrics reported are shown without asking.
         out = await kubectl.ok("trainjob", "progress", "-A")
@@ -527,6 +541,7 @@ class TestThroughKubectl:
             "tj-b   -       -          -     -",
         ]
 
+    @on_both_servers
     async def test_json_and_yaml_for_scripts(self, kubectl: Kubectl, jobs: float) -> None:
         out = await kubectl.ok(
             "trainjob", "progress", "-n", "team-a", "-o", "json", "--metric", "acc"

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.kubeconfig import write_kubeconfig
+from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_status.contract import GROUP
 from trainjob_status_server.kube import (
     TRAINJOBS,
@@ -35,8 +36,8 @@ T0 = "2026-12-02T18:33:57Z"
 
 
 @pytest_asyncio.fixture
-async def kube(devcluster: DevCluster) -> AsyncIterator[KubeClient]:
-    async with KubeClient(devcluster.kubeconfig_path, qps=1000, burst=1000, timeout=5) as client:
+async def kube(kube_api: KubeAPI) -> AsyncIterator[KubeClient]:
+    async with KubeClient(kube_api.kubeconfig_path, qps=1000, burst=1000, timeout=5) as client:
         yield client
 
 
@@ -45,8 +46,8 @@ def encoded(trainer_status: dict[str, Any]) -> bytes:
     return json.dumps(trainer_status, separators=(",", ":")).encode()
 
 
-def stored(devcluster: DevCluster, name: str) -> dict[str, Any]:
-    found = devcluster.get("trainjobs", NS, name, GROUP)
+def stored(cluster: KubeAPI, name: str) -> dict[str, Any]:
+    found = cluster.get("trainjobs", NS, name, GROUP)
     assert found is not None
     return found
 
@@ -54,31 +55,41 @@ def stored(devcluster: DevCluster, name: str) -> dict[str, Any]:
 # -- server-side apply ---------------------------------------------------------------------
 
 
+@on_both_servers
 async def test_apply_writes_trainer_status_as_its_field_manager(
-    kube: KubeClient, devcluster: DevCluster
+    kube: KubeClient, kube_api: KubeAPI
 ) -> None:
-    devcluster.create_trainjob(NS, "tj")
+    kube_api.create_trainjob(NS, "tj")
     status = {"progressPercentage": 40, "estimatedRemainingSeconds": 600, "lastUpdatedTime": T0}
 
     answer = await kube.apply_trainjob_status(NS, "tj", encoded(status))
 
     assert answer["status"]["trainerStatus"] == status
-    assert stored(devcluster, "tj")["status"]["trainerStatus"] == status
+    assert stored(kube_api, "tj")["status"]["trainerStatus"] == status
     entries = [
         (m["manager"], m["operation"], m.get("subresource"))
         for m in answer["metadata"]["managedFields"]
     ]
     # Operation "Apply" is recorded only for an application/apply-patch+yaml body.
     assert ("trainer-status", "Apply", "status") in entries
-    # One request, and no read before the write.
+
+
+async def test_apply_is_one_request_with_no_read_first(
+    kube: KubeClient, devcluster: DevCluster
+) -> None:
+    """Counted where requests can be counted: the development cluster."""
+    devcluster.create_trainjob(NS, "tj")
+    status = {"progressPercentage": 40, "lastUpdatedTime": T0}
+    await kube.apply_trainjob_status(NS, "tj", encoded(status))
     assert devcluster.faults.count("patch", STATUS) == 1
     assert devcluster.faults.count("get") == 0
 
 
+@on_both_servers
 async def test_a_second_apply_without_a_field_removes_it(
-    kube: KubeClient, devcluster: DevCluster
+    kube: KubeClient, kube_api: KubeAPI
 ) -> None:
-    devcluster.create_trainjob(NS, "tj")
+    kube_api.create_trainjob(NS, "tj")
     metrics = [{"name": "loss", "value": "0.25"}]
     await kube.apply_trainjob_status(
         NS,
@@ -97,16 +108,17 @@ async def test_a_second_apply_without_a_field_removes_it(
         NS, "tj", encoded({"progressPercentage": 41, "lastUpdatedTime": T0})
     )
 
-    assert stored(devcluster, "tj")["status"]["trainerStatus"] == {
+    assert stored(kube_api, "tj")["status"]["trainerStatus"] == {
         "progressPercentage": 41,
         "lastUpdatedTime": T0,
     }
 
 
+@on_both_servers
 async def test_apply_to_a_missing_trainjob_is_404_and_creates_nothing(
-    kube: KubeClient, devcluster: DevCluster
+    kube: KubeClient, kube_api: KubeAPI
 ) -> None:
-    devcluster.ensure_namespace(NS)
+    kube_api.ensure_namespace(NS)
     with pytest.raises(KubeError) as caught:
         await kube.apply_trainjob_status(
             NS, "nope", encoded({"progressPercentage": 1, "lastUpdatedTime": T0})
@@ -114,13 +126,14 @@ async def test_apply_to_a_missing_trainjob_is_404_and_creates_nothing(
     assert (caught.value.status, caught.value.reason) == (404, "NotFound")
     assert caught.value.message == 'trainjobs.trainer.kubeflow.org "nope" not found'
     assert caught.value.body["kind"] == "Status"
-    assert devcluster.get("trainjobs", NS, "nope", GROUP) is None
+    assert kube_api.get("trainjobs", NS, "nope", GROUP) is None
 
 
+@on_both_servers
 async def test_an_invalid_status_is_422_with_the_api_servers_message(
-    kube: KubeClient, devcluster: DevCluster
+    kube: KubeClient, kube_api: KubeAPI
 ) -> None:
-    created = devcluster.create_trainjob(NS, "tj")
+    created = kube_api.create_trainjob(NS, "tj")
     with pytest.raises(KubeError) as caught:
         await kube.apply_trainjob_status(
             NS, "tj", encoded({"progressPercentage": 101, "lastUpdatedTime": T0})
@@ -132,7 +145,7 @@ async def test_an_invalid_status_is_422_with_the_api_servers_message(
     assert error.details["causes"][0]["field"] == "status.trainerStatus.progressPercentage"
     assert error.retry_after is None
     assert (
-        stored(devcluster, "tj")["metadata"]["resourceVersion"]
+        stored(kube_api, "tj")["metadata"]["resourceVersion"]
         == (created["metadata"]["resourceVersion"])
     )
 

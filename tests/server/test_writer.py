@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 from trainjob_status_server.status.coalescing import (
@@ -47,7 +48,7 @@ def body(step: int) -> bytes:
     ).encode()
 
 
-def stored_status(devcluster: DevCluster, name: str = "tj") -> dict[str, Any]:
+def stored_status(devcluster: KubeAPI, name: str = "tj") -> dict[str, Any]:
     obj = devcluster.get("trainjobs", NS, name, GROUP)
     assert obj is not None
     return dict(obj["status"]["trainerStatus"])
@@ -98,8 +99,9 @@ async def test_a_thousand_posts_make_a_handful_of_writes(
     assert counter("trainjob_status_updates_coalesced_total") - coalesced >= 1000 - writes - 32
 
 
-async def test_posts_out_of_order_leave_the_newest(poster: Poster, devcluster: DevCluster) -> None:
-    devcluster.create_trainjob(NS, "tj")
+@on_both_servers
+async def test_posts_out_of_order_leave_the_newest(poster: Poster, kube_api: KubeAPI) -> None:
+    kube_api.create_trainjob(NS, "tj")
     steps = list(range(1, 201))
     random.Random(7).shuffle(steps)
     stale = counter("trainjob_status_updates_dropped_total", {"reason": "stale"})
@@ -109,22 +111,25 @@ async def test_posts_out_of_order_leave_the_newest(poster: Poster, devcluster: D
         )
         assert code == 200
     await poster.server.writer.wait_idle()
-    assert stored_status(devcluster) == {
+    assert stored_status(kube_api) == {
         "progressPercentage": 200 % 101,
         "lastUpdatedTime": at(200),
     }
     assert counter("trainjob_status_updates_dropped_total", {"reason": "stale"}) > stale
     # An older post after the newest was written is dropped, not written.
-    devcluster.faults.reset_counts()
+    if isinstance(kube_api, DevCluster):  # counts: devcluster only
+        kube_api.faults.reset_counts()
     assert (await poster.post("tj", None, raw=body(3)))[0] == 200
-    assert devcluster.faults.count("patch", "trainjobs/status") == 0
-    assert stored_status(devcluster)["lastUpdatedTime"] == at(200)
+    if isinstance(kube_api, DevCluster):  # counts: devcluster only
+        assert kube_api.faults.count("patch", "trainjobs/status") == 0
+    assert stored_status(kube_api)["lastUpdatedTime"] == at(200)
 
 
+@on_both_servers
 async def test_two_replicas_converge_on_the_newest(
-    config: Config, certs: ServingCerts, devcluster: DevCluster
+    config: Config, certs: ServingCerts, kube_api: KubeAPI
 ) -> None:
-    devcluster.create_trainjob(NS, "tj")
+    kube_api.create_trainjob(NS, "tj")
     replicas = [
         StatusServer(with_changes(config, min_write_interval=0.05), AcceptAll()) for _ in range(2)
     ]
@@ -151,7 +156,7 @@ async def test_two_replicas_converge_on_the_newest(
     finally:
         for replica in replicas:
             await replica.stop()
-    assert stored_status(devcluster)["lastUpdatedTime"] == at(300)
+    assert stored_status(kube_api)["lastUpdatedTime"] == at(300)
 
 
 async def test_faults_during_a_burst_still_end_on_the_newest(
@@ -167,10 +172,11 @@ async def test_faults_during_a_burst_still_end_on_the_newest(
     assert stored_status(devcluster)["lastUpdatedTime"] == at(100)
 
 
+@on_both_servers
 async def test_a_trainjob_deleted_while_pending_is_dropped_without_a_retry_storm(
-    config: Config, certs: ServingCerts, devcluster: DevCluster
+    config: Config, certs: ServingCerts, kube_api: KubeAPI
 ) -> None:
-    devcluster.create_trainjob(NS, "tj")
+    kube_api.create_trainjob(NS, "tj")
     async with StatusServer(with_changes(config, min_write_interval=1.0), AcceptAll()) as server:
         await server.trainjobs.synced.wait()
         connector = aiohttp.TCPConnector(ssl=certs.client_context())
@@ -182,8 +188,9 @@ async def test_a_trainjob_deleted_while_pending_is_dropped_without_a_retry_storm
                 "POST", status_path(NS, "tj"), body(2), {"Authorization": "Bearer t"}
             )
             assert code == 200
-            devcluster.delete("trainjobs", NS, "tj", GROUP)
-            devcluster.faults.reset_counts()
+            kube_api.delete("trainjobs", NS, "tj", GROUP)
+            if isinstance(kube_api, DevCluster):  # counts: devcluster only
+                kube_api.faults.reset_counts()
             not_found = counter("trainjob_status_updates_dropped_total", {"reason": "not_found"})
             async with asyncio.timeout(10):
                 await server.writer.wait_idle()
@@ -192,9 +199,10 @@ async def test_a_trainjob_deleted_while_pending_is_dropped_without_a_retry_storm
                 == not_found + 1
             )
             # At most one write and one look-up, never a loop of retries.
-            assert devcluster.faults.count("patch", "trainjobs/status") <= 1
-            assert devcluster.faults.count("get", "trainjobs") <= 1
-            assert devcluster.get("trainjobs", NS, "tj", GROUP) is None
+            if isinstance(kube_api, DevCluster):  # counts: devcluster only
+                assert kube_api.faults.count("patch", "trainjobs/status") <= 1
+                assert kube_api.faults.count("get", "trainjobs") <= 1
+            assert kube_api.get("trainjobs", NS, "tj", GROUP) is None
 
 
 def stamped(minutes_ahead: float, progress: int) -> tuple[str, bytes]:
@@ -204,42 +212,44 @@ def stamped(minutes_ahead: float, progress: int) -> tuple[str, bytes]:
     return stamp.replace("+00:00", "Z"), json.dumps(raw).encode()
 
 
+@on_both_servers
 async def test_a_post_from_a_fast_clock_does_not_hold_back_the_next(
-    poster: Poster, devcluster: DevCluster
+    poster: Poster, kube_api: KubeAPI
 ) -> None:
-    devcluster.create_trainjob(NS, "tj")
+    kube_api.create_trainjob(NS, "tj")
     ahead, raw = stamped(4, 10)
     assert (await poster.post("tj", None, raw=raw))[0] == 200
     # Stored as the client stamped it.
-    assert stored_status(devcluster) == {"progressPercentage": 10, "lastUpdatedTime": ahead}
+    assert stored_status(kube_api) == {"progressPercentage": 10, "lastUpdatedTime": ahead}
     # A post stamped before the fast one arrived is older than it: dropped.
     _, raw = stamped(-1, 5)
     stale = counter("trainjob_status_updates_dropped_total", {"reason": "stale"})
     assert (await poster.post("tj", None, raw=raw))[0] == 200
-    assert stored_status(devcluster)["progressPercentage"] == 10
+    assert stored_status(kube_api)["progressPercentage"] == 10
     assert counter("trainjob_status_updates_dropped_total", {"reason": "stale"}) == stale + 1
     # A post stamped after it arrived is newer, though its stamp is 4 minutes earlier.
     right, raw = stamped(0, 20)
     assert (await poster.post("tj", None, raw=raw))[0] == 200
-    assert stored_status(devcluster) == {"progressPercentage": 20, "lastUpdatedTime": right}
+    assert stored_status(kube_api) == {"progressPercentage": 20, "lastUpdatedTime": right}
 
 
+@on_both_servers
 async def test_a_fast_stamp_stored_before_the_server_started_does_not_hold_back_posts(
-    config: Config, certs: ServingCerts, devcluster: DevCluster
+    config: Config, certs: ServingCerts, kube_api: KubeAPI
 ) -> None:
-    devcluster.create_trainjob(NS, "tj")
+    kube_api.create_trainjob(NS, "tj")
     connector = aiohttp.TCPConnector(ssl=certs.client_context())
     async with aiohttp.ClientSession(connector=connector) as session:
         async with StatusServer(config, AcceptAll()) as first:
             await first.trainjobs.synced.wait()
             ahead, raw = stamped(4, 10)
             assert (await Poster(first, session).post("tj", None, raw=raw))[0] == 200
-        assert stored_status(devcluster)["lastUpdatedTime"] == ahead
+        assert stored_status(kube_api)["lastUpdatedTime"] == ahead
         async with StatusServer(config, AcceptAll()) as second:
             await second.trainjobs.synced.wait()
             right, raw = stamped(0, 20)
             assert (await Poster(second, session).post("tj", None, raw=raw))[0] == 200
-    assert stored_status(devcluster) == {"progressPercentage": 20, "lastUpdatedTime": right}
+    assert stored_status(kube_api) == {"progressPercentage": 20, "lastUpdatedTime": right}
 
 
 # -- the pure decisions ------------------------------------------------------------------------

@@ -1,0 +1,351 @@
+"""The same requests to the development cluster and to the real control plane, compared:
+status code, reason, message, and the shape of the body. A difference is a development
+cluster bug: each one found was fixed there, and the case that showed it stays here.
+
+Request ids, uids, timestamps and resourceVersions differ between any two servers, so
+bodies are compared by shape (their key paths) and by the fields named in each case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.pytest_plugin import KubeAPI
+from trainjob_devcluster.realcluster import RealCluster
+
+NS = "team-a"
+TRAINJOBS = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs"
+REVIEWS = (
+    "/apis/authentication.k8s.io/v1/tokenreviews",
+    "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+    "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+)
+
+
+@dataclass
+class Answer:
+    code: int
+    body: Any
+
+
+class Server:
+    """One API server, spoken to as its admin over HTTPS, and through the real kubectl."""
+
+    def __init__(self, cluster: KubeAPI, session: aiohttp.ClientSession, home: Path) -> None:
+        self.cluster = cluster
+        self.session = session
+        self.home = home
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        token: str | None = None,
+    ) -> Answer:
+        headers = {"Authorization": f"Bearer {token or self.cluster.admin_token}"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        async with self.session.request(
+            method,
+            self.cluster.url + path,
+            data=data,
+            headers=headers,
+            ssl=self.cluster.client_ssl_context(),
+        ) as response:
+            raw = await response.read()
+        try:
+            return Answer(response.status, json.loads(raw))
+        except ValueError:
+            return Answer(response.status, raw.decode(errors="replace"))
+
+    async def kubectl(self, *args: str) -> tuple[int, str, str]:
+        # Not blocking the loop: the development cluster serves from this same loop.
+        process = await asyncio.create_subprocess_exec(
+            "kubectl",
+            f"--cache-dir={self.home / 'cache'}",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={
+                "PATH": os.environ.get("PATH", ""),
+                "HOME": str(self.home),
+                "KUBECONFIG": str(self.cluster.kubeconfig_path),
+            },
+        )
+        out, err = await process.communicate()
+        assert process.returncode is not None
+        return process.returncode, out.decode(), err.decode()
+
+
+@dataclass
+class Both:
+    dev: Server
+    real: Server
+
+    async def call(self, *args: Any, **kwargs: Any) -> tuple[Answer, Answer]:
+        return await self.dev.call(*args, **kwargs), await self.real.call(*args, **kwargs)
+
+    async def kubectl(self, *args: str) -> tuple[tuple[int, str, str], tuple[int, str, str]]:
+        return await self.dev.kubectl(*args), await self.real.kubectl(*args)
+
+    def each(self, action: str, *args: Any, **kwargs: Any) -> None:
+        """The same direct call (``create_trainjob``, ``ensure_namespace`` ...) on both."""
+        for server in (self.dev, self.real):
+            getattr(server.cluster, action)(*args, **kwargs)
+
+
+@pytest_asyncio.fixture
+async def both(
+    devcluster: DevCluster, real_cluster: RealCluster, tmp_path: Path
+) -> AsyncIterator[Both]:
+    async with aiohttp.ClientSession() as session:
+        (tmp_path / "dev").mkdir()
+        (tmp_path / "real").mkdir()
+        yield Both(
+            Server(devcluster, session, tmp_path / "dev"),
+            Server(real_cluster, session, tmp_path / "real"),
+        )
+
+
+def shape(value: Any, prefix: str = "") -> set[str]:
+    """The key paths of a JSON document (list items share one path)."""
+    if isinstance(value, dict):
+        paths = {prefix or "."}
+        for key, item in value.items():
+            paths |= shape(item, f"{prefix}.{key}")
+        return paths
+    if isinstance(value, list):
+        paths = {prefix + "[]"}
+        for item in value:
+            paths |= shape(item, prefix + "[]")
+        return paths
+    return {prefix}
+
+
+def status_fields(answer: Answer) -> tuple[int, Any, Any, Any]:
+    body = answer.body if isinstance(answer.body, dict) else {}
+    return answer.code, body.get("kind"), body.get("reason"), body.get("message")
+
+
+def require_kubectl() -> None:
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+
+
+# -- the review endpoints answer only POST ----------------------------------------------
+
+
+@pytest.mark.parametrize("path", REVIEWS)
+@pytest.mark.parametrize("method", ["GET", "DELETE", "PUT", "PATCH"])
+async def test_review_collections_refuse_other_methods_as_405(
+    both: Both, path: str, method: str
+) -> None:
+    body = {} if method in ("PUT", "PATCH") else None
+    patch = "application/merge-patch+json"
+    kind = patch if method == "PATCH" else "application/json"
+    dev, real = await both.call(method, path, body, content_type=kind)
+    assert dev.body == real.body
+    assert (real.code, real.body["reason"]) == (405, "MethodNotAllowed")
+
+
+@pytest.mark.parametrize("path", REVIEWS)
+@pytest.mark.parametrize("method", ["GET", "DELETE", "PUT"])
+async def test_a_named_review_has_no_route(both: Both, path: str, method: str) -> None:
+    body = {} if method == "PUT" else None
+    dev, real = await both.call(method, path + "/some-name", body)
+    assert dev.body == real.body
+    assert (real.code, real.body["message"]) == (
+        404,
+        "the server could not find the requested resource",
+    )
+
+
+async def test_self_subject_access_review_answers_for_the_caller(both: Both) -> None:
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"verb": "get", "resource": "pods", "namespace": NS}},
+    }
+    dev, real = await both.call("POST", REVIEWS[2], review)
+    assert (
+        (dev.code, dev.body["status"])
+        == (real.code, real.body["status"])
+        == (
+            201,
+            {"allowed": True},
+        )
+    )
+    assert dev.body["spec"] == real.body["spec"]
+    assert dev.body["kind"] == real.body["kind"] == "SelfSubjectAccessReview"
+
+
+async def test_self_subject_access_review_of_a_service_account(both: Both) -> None:
+    """A token without bindings: not allowed, and no reason given, on both."""
+    both.each("ensure_namespace", NS)
+    both.each("create", "serviceaccounts", {"metadata": {"name": "nobody"}}, NS)
+    tokens = [
+        server.cluster.request_token(NS, "nobody", ["https://kubernetes.default.svc.cluster.local"])
+        for server in (both.dev, both.real)
+    ]
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"verb": "list", "resource": "secrets", "namespace": NS}},
+    }
+    dev = await both.dev.call("POST", REVIEWS[2], review, token=tokens[0])
+    real = await both.real.call("POST", REVIEWS[2], review, token=tokens[1])
+    assert (
+        (dev.code, dev.body["status"])
+        == (real.code, real.body["status"])
+        == (
+            201,
+            {"allowed": False},
+        )
+    )
+
+
+# -- what kubectl sends as protobuf -------------------------------------------------------
+
+
+async def test_kubectl_creates_rbac_objects_the_docs_ask_for(both: Both) -> None:
+    """``kubectl create clusterrole|clusterrolebinding|role|rolebinding`` send protobuf;
+    both servers store the same objects."""
+    require_kubectl()
+    both.each("ensure_namespace", NS)
+    commands = [
+        (
+            "create",
+            "clusterrole",
+            "reader",
+            "--verb=get,list",
+            "--resource=pods,trainjobs.trainer.kubeflow.org",
+        ),
+        ("create", "clusterrole", "metrics", "--verb=get", "--non-resource-url=/metrics"),
+        (
+            "create",
+            "clusterrolebinding",
+            "scrape",
+            "--clusterrole=metrics",
+            f"--serviceaccount={NS}:prometheus",
+            "--user=jane",
+            "--group=ops",
+        ),
+        (
+            "create",
+            "role",
+            "r",
+            "-n",
+            NS,
+            "--verb=get",
+            "--resource=configmaps",
+            "--resource-name=one",
+        ),
+        ("create", "rolebinding", "rb", "-n", NS, "--role=r", f"--serviceaccount={NS}:default"),
+    ]
+    for command in commands:
+        dev, real = await both.kubectl(*command)
+        assert dev == real, command
+        assert real[0] == 0, real
+    for kind, name, namespace in [
+        ("clusterrole", "reader", ""),
+        ("clusterrole", "metrics", ""),
+        ("clusterrolebinding", "scrape", ""),
+        ("role", "r", NS),
+        ("rolebinding", "rb", NS),
+    ]:
+        scope = ("-n", namespace) if namespace else ()
+        dev, real = await both.kubectl("get", kind, name, *scope, "-o", "json")
+        assert dev[0] == real[0] == 0, (dev, real)
+        dev_obj, real_obj = json.loads(dev[1]), json.loads(real[1])
+        for field in ("rules", "subjects", "roleRef", "aggregationRule"):
+            assert dev_obj.get(field) == real_obj.get(field), (kind, field)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("get", "pods"),
+        ("create", "trainjobs.trainer.kubeflow.org", "-n", NS),
+        ("get", "/metrics"),
+        ("patch", "trainjobs/status", "-n", NS),
+    ],
+    ids=["pods", "trainjobs", "non-resource", "subresource"],
+)
+async def test_kubectl_auth_can_i_as_the_admin(both: Both, args: tuple[str, ...]) -> None:
+    require_kubectl()
+    dev, real = await both.kubectl("auth", "can-i", *args)
+    assert dev == real
+    assert real == (0, "yes\n", "")
+
+
+# -- object answers the server relies on --------------------------------------------------
+
+
+async def test_a_missing_trainjob_is_the_same_404(both: Both) -> None:
+    both.each("ensure_namespace", NS)
+    dev, real = await both.call("GET", f"{TRAINJOBS}/nope")
+    assert status_fields(dev) == status_fields(real)
+    assert dev.body == real.body
+
+
+async def test_status_apply_conflicts_and_force_alike(both: Both) -> None:
+    both.each("create_trainjob", NS, "tj")
+    status = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "tj"},
+        "status": {
+            "trainerStatus": {"progressPercentage": 10, "lastUpdatedTime": "2026-12-02T18:00:00Z"}
+        },
+    }
+    apply = "application/apply-patch+yaml"
+    path = f"{TRAINJOBS}/tj/status"
+    dev, real = await both.call("PATCH", path + "?fieldManager=one", status, content_type=apply)
+    assert dev.code == real.code == 200
+    assert dev.body["status"] == real.body["status"]
+    status["status"]["trainerStatus"]["progressPercentage"] = 20
+    dev, real = await both.call("PATCH", path + "?fieldManager=two", status, content_type=apply)
+    assert status_fields(dev) == status_fields(real)
+    assert real.code == 409
+    assert dev.body["details"] == real.body["details"]
+    dev, real = await both.call(
+        "PATCH", path + "?fieldManager=two&force=true", status, content_type=apply
+    )
+    assert dev.code == real.code == 200
+    assert dev.body["status"] == real.body["status"]
+    managers = [
+        sorted(
+            (m["manager"], m["operation"], m.get("subresource"))
+            for m in a.body["metadata"]["managedFields"]
+        )
+        for a in (dev, real)
+    ]
+    assert managers[0] == managers[1]
+
+
+async def test_an_invalid_status_is_the_same_422(both: Both) -> None:
+    both.each("create_trainjob", NS, "tj")
+    patch = {"status": {"trainerStatus": {"progressPercentage": 101}}}
+    dev, real = await both.call(
+        "PATCH", f"{TRAINJOBS}/tj/status", patch, content_type="application/merge-patch+json"
+    )
+    assert status_fields(dev) == status_fields(real)
+    assert real.code == 422
+    assert dev.body["details"] == real.body["details"]
