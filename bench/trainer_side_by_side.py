@@ -415,7 +415,10 @@ def table(servers: list[Server], less_is_better: tuple[str, ...]) -> None:
             ratio = y / x if x else math.nan
         else:
             ratio = x / y if y else math.nan
-        shown = "-" if math.isnan(ratio) else f"x{ratio:.3g}"
+        if math.isnan(ratio):
+            shown = "-"
+        else:
+            shown = "unbounded" if math.isinf(ratio) else f"x{_cell(ratio)}"
         print(f"{row:<40} {_cell(x):>16} {_cell(y):>16} {shown:>11}")
     for server in servers:
         codes = ", ".join(f"{code or 'no answer'}: {n}" for code, n in sorted(server.codes.items()))
@@ -423,7 +426,14 @@ def table(servers: list[Server], less_is_better: tuple[str, ...]) -> None:
 
 
 def _cell(value: float) -> str:
-    return "never" if math.isinf(value) else f"{value:.3g}"
+    """Three significant digits, never in exponent notation (a table to read)."""
+    if math.isinf(value):
+        return "never"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if value == 0 or abs(value) >= 0.001:
+        return f"{value:.3g}"
+    return f"{value:.6f}"
 
 
 async def run(args: argparse.Namespace, cluster: Api) -> None:
