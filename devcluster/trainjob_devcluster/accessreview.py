@@ -129,9 +129,11 @@ def _verdict(
     bindings: Callable[[str], Iterable[dict[str, Any]]],
     role_lookup: Any,
 ) -> dict[str, Any]:
-    public = not is_resource and authz.path_allowed(user, info.path, info.verb)
-    if "system:masters" in user.groups or public:
+    if "system:masters" in user.groups:
         return {"allowed": True}
+    if not is_resource and authz.path_allowed(user, info.path, info.verb):
+        reason = authz.default_grant(user, info.path)
+        return {"allowed": True, "reason": reason} if reason else {"allowed": True}
     granted = authz.granting_binding(user, info, group, bindings(info.namespace), role_lookup)
     if granted is not None:
         return {"allowed": True, "reason": granted}

@@ -16,9 +16,29 @@ from .faults import RequestInfo
 from .resources import ResourceType
 from .status import ApiError
 
-PUBLIC_PATHS = ("/healthz", "/livez", "/readyz", "/version")
-DISCOVERY_PREFIXES = ("/api", "/apis", "/openapi", "/version")
-ISSUER_PATHS = ("/.well-known/openid-configuration", "/openid/v1/jwks")
+# The non-resource URLs of the default ClusterRoles, as a fresh cluster binds them:
+# system:public-info-viewer to everyone, system:discovery to authenticated users,
+# system:service-account-issuer-discovery to service accounts. "x/*" is a prefix.
+PUBLIC_INFO_URLS = ("/healthz", "/livez", "/readyz", "/version", "/version/")
+DISCOVERY_URLS = (
+    "/api",
+    "/api/*",
+    "/apis",
+    "/apis/*",
+    "/healthz",
+    "/livez",
+    "/openapi",
+    "/openapi/*",
+    "/readyz",
+    "/version",
+    "/version/",
+)
+ISSUER_URLS = (
+    "/.well-known/openid-configuration",
+    "/.well-known/openid-configuration/",
+    "/openid/v1/jwks",
+    "/openid/v1/jwks/",
+)
 
 
 @dataclass(frozen=True)
@@ -36,14 +56,43 @@ ANONYMOUS = User("system:anonymous", groups=("system:unauthenticated",))
 ADMIN = User("devcluster-admin", groups=("system:masters", "system:authenticated"))
 
 
+def url_matches(pattern: str, path: str) -> bool:
+    """RBAC's nonResourceURLs match: exact, or a prefix where the pattern ends in ``*``."""
+    return pattern == path or (pattern.endswith("*") and path.startswith(pattern[:-1]))
+
+
+def _any_url(patterns: Iterable[str], path: str) -> bool:
+    return any(url_matches(p, path) for p in patterns)
+
+
 def _path_allowed(user: User, path: str) -> bool:
-    if path in PUBLIC_PATHS or path.startswith(tuple(p + "/" for p in PUBLIC_PATHS)):
+    if _any_url(PUBLIC_INFO_URLS, path):
         return True
     if user.anonymous:
         return False
-    if path in ISSUER_PATHS:
+    if _any_url(ISSUER_URLS, path):
         return "system:serviceaccounts" in user.groups
-    return any(path == p or path.startswith(p + "/") for p in DISCOVERY_PREFIXES)
+    return _any_url(DISCOVERY_URLS, path)
+
+
+def default_grant(user: User, path: str) -> str | None:
+    """The reason RBAC gives for a ``get`` of ``path`` that a fresh cluster's default
+    ClusterRoleBindings allow, or None. Where two allow it (``/healthz`` for an
+    authenticated user: system:discovery and system:public-info-viewer) the real API
+    server names whichever its cache lists first; this names system:discovery."""
+    if not _path_allowed(user, path):
+        return None
+    if _any_url(ISSUER_URLS, path):
+        return _default_reason("system:service-account-issuer-discovery", "system:serviceaccounts")
+    if "system:authenticated" in user.groups:
+        return _default_reason("system:discovery", "system:authenticated")
+    return _default_reason("system:public-info-viewer", "system:unauthenticated")
+
+
+def _default_reason(name: str, group: str) -> str:
+    return (
+        f'RBAC: allowed by ClusterRoleBinding "{name}" of ClusterRole "{name}" to Group "{group}"'
+    )
 
 
 def _subject_matches(subject: dict[str, Any], user: User, binding_ns: str) -> bool:
@@ -58,15 +107,31 @@ def _subject_matches(subject: dict[str, Any], user: User, binding_ns: str) -> bo
     return False
 
 
+def bound_rules(
+    user: User, namespace: str, bindings: Iterable[dict[str, Any]], role_lookup: Any
+) -> list[dict[str, Any]]:
+    """Every rule of every stored Role and ClusterRole bound to ``user`` (cluster-wide, or
+    in ``namespace``), in the bindings' order."""
+    rules: list[dict[str, Any]] = []
+    for binding in bindings:
+        binding_ns = binding.get("metadata", {}).get("namespace", "")
+        if binding_ns and binding_ns != namespace:
+            continue
+        if not any(_subject_matches(s, user, binding_ns) for s in binding.get("subjects") or []):
+            continue
+        ref = binding.get("roleRef") or {}
+        role = role_lookup(ref.get("kind", ""), binding_ns, ref.get("name", ""))
+        rules.extend((role or {}).get("rules") or [])
+    return rules
+
+
 def _rule_allows(rule: dict[str, Any], info: RequestInfo, group: str) -> bool:
     verbs = rule.get("verbs") or []
     if "*" not in verbs and info.verb not in verbs:
         return False
     if not info.resource:
         urls = rule.get("nonResourceURLs") or []
-        return any(
-            u == info.path or (u.endswith("*") and info.path.startswith(u[:-1])) for u in urls
-        )
+        return _any_url(urls, info.path)
     groups = rule.get("apiGroups") or []
     if "*" not in groups and group not in groups:
         return False
@@ -132,7 +197,9 @@ def rbac_allows(
 
 
 # What the default ClusterRole system:basic-user lets every authenticated user create.
-SELF_REVIEWS = frozenset({"selfsubjectaccessreviews"})
+SELF_REVIEWS = frozenset(
+    {"selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews"}
+)
 
 
 def path_allowed(user: User, path: str, verb: str = "get") -> bool:
@@ -153,7 +220,8 @@ def authorize(
         return
     if resource is None and _path_allowed(user, info.path):
         return
-    if resource is not None and resource.plural in SELF_REVIEWS and info.verb == "create":
+    self_review = resource is not None and resource.plural in SELF_REVIEWS
+    if self_review and info.verb == "create" and not user.anonymous:
         return
     group = resource.group if resource else ""
     info_for_rbac = info if resource is not None else RequestInfo(info.method, info.path, "get")

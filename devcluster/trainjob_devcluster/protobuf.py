@@ -297,6 +297,17 @@ _MESSAGES: dict[tuple[str, str], _Message] = {
             5: ("immutable", _bool, ""),
         }
     ),
+    # kubectl auth whoami.
+    ("authentication.k8s.io/v1", "SelfSubjectReview"): _Message(
+        {1: ("metadata", _OBJECT_META, "")}
+    ),
+    # kubectl auth can-i --list.
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): _Message(
+        {
+            1: ("metadata", _OBJECT_META, ""),
+            2: ("spec", _Message({1: ("namespace", _text, "")}), ""),
+        }
+    ),
     # kubectl auth can-i.
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): _Message(
         {1: ("metadata", _OBJECT_META, ""), 2: ("spec", _ACCESS_REVIEW_SPEC, "")}

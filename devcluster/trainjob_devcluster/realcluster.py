@@ -12,6 +12,9 @@ from __future__ import annotations
 import builtins
 import ssl
 import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -26,27 +29,29 @@ from .routing import Registry
 from .status import ApiError
 from .store import Obj
 
-# What a namespace holds that the suite creates; removed between tests (see reset).
-NAMESPACED_KINDS = (
-    ("pods", ""),
-    ("serviceaccounts", ""),
-    ("secrets", ""),
-    ("configmaps", ""),
-    ("services", ""),
-    ("events", ""),
-    ("roles", "rbac.authorization.k8s.io"),
-    ("rolebindings", "rbac.authorization.k8s.io"),
-    (contract.RESOURCE, contract.GROUP),
-    ("jobsets", "jobset.x-k8s.io"),
-)
+# Kinds reset keeps: namespaces go their own way, CRDs stay installed for the session, and
+# the API server keeps its own APIServices.
+KEPT_CLUSTER_KINDS = frozenset({"namespaces", "customresourcedefinitions", "apiservices"})
+# default's objects the API server itself maintains (the kubernetes Service).
+KEPT_IN_DEFAULT = frozenset({"services", "endpoints", "endpointslices"})
 # Namespaces the API server itself keeps objects in (kube-system's authentication
-# ConfigMap, default's ``kubernetes`` Service): never emptied.
+# ConfigMap): never emptied.
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
-CLUSTER_KINDS = (
-    ("clusterroles", "rbac.authorization.k8s.io"),
-    ("clusterrolebindings", "rbac.authorization.k8s.io"),
-    ("mutatingwebhookconfigurations", "admissionregistration.k8s.io"),
-)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A resource the API server serves, as discovery lists it."""
+
+    root: str  # /api/v1 or /apis/GROUP/VERSION
+    plural: str
+    namespaced: bool
+    collection_delete: bool
+
+    def path(self, namespace: str = "", name: str = "") -> str:
+        scope = f"/namespaces/{quote(namespace)}" if namespace else ""
+        tail = f"/{quote(name)}" if name else ""
+        return f"{self.root}{scope}/{self.plural}{tail}"
 
 
 def _api_error(code: int, answer: Any) -> ApiError:
@@ -61,7 +66,7 @@ class RealCluster:
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
         self.registry = Registry(default_resources())
-        self._cluster_baseline: set[tuple[str, str]] = set()
+        self._cluster_baseline: set[str] = set()
 
     @property
     def url(self) -> str:
@@ -235,35 +240,66 @@ class RealCluster:
 
     # -- between tests -------------------------------------------------------------------
 
-    def mark_baseline(self) -> None:
-        """Remember the cluster-scoped objects that exist now (the built-in roles and
-        bindings): :meth:`reset` keeps them and removes any made later."""
-        self._cluster_baseline = {
-            (plural, obj["metadata"]["name"])
-            for plural, group in CLUSTER_KINDS
-            for obj in self.list(plural, group=group)
+    def kinds(self) -> builtins.list[Kind]:
+        """Every resource that can be listed and deleted, at its group's preferred version
+        (custom resources included), from discovery."""
+        roots = ["/api/v1"]
+        for group in self.call("GET", "/apis")["groups"]:
+            roots.append(f"/apis/{group['preferredVersion']['groupVersion']}")
+        found = []
+        for root in roots:
+            for entry in self.call("GET", root)["resources"]:
+                verbs = set(entry.get("verbs") or ())
+                if "/" in entry["name"] or not {"list", "delete"} <= verbs:
+                    continue
+                found.append(
+                    Kind(root, entry["name"], entry["namespaced"], "deletecollection" in verbs)
+                )
+        return found
+
+    def _cluster_objects(self, kinds: Iterable[Kind]) -> set[str]:
+        return {
+            kind.path(name=obj["metadata"]["name"])
+            for kind in kinds
+            if not kind.namespaced and kind.plural not in KEPT_CLUSTER_KINDS
+            for obj in self.call("GET", kind.path())["items"]
         }
 
+    def mark_baseline(self) -> None:
+        """Remember the cluster-scoped objects that exist now (the built-in roles,
+        bindings, priority classes ...): :meth:`reset` keeps them and removes any made
+        later."""
+        self._cluster_baseline = self._cluster_objects(self.kinds())
+
     def reset(self) -> None:
-        """Back to the baseline for the next test: every object of the kinds the suite
-        makes is deleted, and each namespace made since is finalized away as the
-        namespace controller would (delete its contents, then clear its finalizer)."""
-        for ns in self.list("namespaces"):
-            name = ns["metadata"]["name"]
-            if name in SYSTEM_NAMESPACES:
+        """Back to the baseline for the next test, as far as objects go: every
+        namespaced object outside the system namespaces is deleted, each namespace made
+        since is finalized away as the namespace controller would (its contents deleted,
+        then its finalizer cleared), and every cluster-scoped object made since is
+        deleted. CRDs stay (their objects do not). Deletions run side by side: the admin
+        is exempt from the API server's fairness limits."""
+        kinds = self.kinds()
+        deletions: builtins.list[str] = []
+        namespaces = [ns["metadata"]["name"] for ns in self.list("namespaces")]
+        for namespace in namespaces:
+            if namespace in SYSTEM_NAMESPACES:
                 continue
-            for plural, group in NAMESPACED_KINDS:
-                if name == "default" and plural == "services":
+            for kind in kinds:
+                if not kind.namespaced or (
+                    namespace == "default" and kind.plural in KEPT_IN_DEFAULT
+                ):
                     continue
-                self.plane.request("DELETE", self.path(plural, name, "", group))
-            if name != "default":
-                self._remove_namespace(name)
-        for plural, group in CLUSTER_KINDS:
-            for obj in self.list(plural, group=group):
-                if (plural, obj["metadata"]["name"]) not in self._cluster_baseline:
-                    self.plane.request(
-                        "DELETE", self.path(plural, "", obj["metadata"]["name"], group)
-                    )
+                if kind.collection_delete:
+                    deletions.append(kind.path(namespace))
+                else:
+                    items = self.call("GET", kind.path(namespace))["items"]
+                    deletions.extend(kind.path(namespace, i["metadata"]["name"]) for i in items)
+        deletions.extend(self._cluster_objects(kinds) - self._cluster_baseline)
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda path: self.plane.request("DELETE", path), deletions))
+        for namespace in namespaces:
+            if namespace not in SYSTEM_NAMESPACES and namespace != "default":
+                self._remove_namespace(namespace)
 
     def _remove_namespace(self, name: str) -> None:
         path = self.path("namespaces", "", name)

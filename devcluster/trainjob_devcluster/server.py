@@ -9,12 +9,13 @@ import json
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
-from . import accessreview, authz, bodies, status
+from . import accessreview, authz, bodies, rulesreview, status
 from .admission import MutatingAdmission
 from .faults import Fault, Faults, RequestInfo
 from .httpserver import Connection, HandlerResult, Request, Response
 from .listwatch import WATCH_BUFFER_LIMIT, list_objects, serve_watch
 from .nonresource import NonResourcePaths
+from .objects import rfc3339
 from .resources import ResourceType
 from .rest import Answer, Call, ResourceApi
 from .routing import Registry, Route, route
@@ -82,6 +83,15 @@ class ClusterApp:
         if user is None:
             raise status.unauthorized()
         return authz.User(user["username"], user.get("uid", ""), tuple(user.get("groups", ())))
+
+    def _user_info(self, request: Request) -> dict[str, Any]:
+        """The authenticated caller as a TokenReview would describe it (whoami)."""
+        token = request.headers.get("Authorization", "").partition(" ")[2].strip()
+        if hmac.compare_digest(token.encode(), self.admin_token.encode()):
+            return {"username": authz.ADMIN.name, "groups": list(authz.ADMIN.groups)}
+        found = self.tokens.authenticate(token, self._lookup)
+        assert found is not None  # authenticate() let the request through
+        return found
 
     def _role(self, kind: str, namespace: str, name: str) -> Obj | None:
         if kind == "ClusterRole":
@@ -161,14 +171,27 @@ class ClusterApp:
             content_type=request.headers.get("Content-Type", ""),
             user_agent=request.headers.get("User-Agent"),
         )
+        if resource.plural in authz.SELF_REVIEWS and verb == "create":
+            return self._self_review(request, call, user)
         if verb == "create" and not info.subresource and self.admission.configured():
             return self._admitted(request, call, user)
-        if resource.plural == "selfsubjectaccessreviews" and verb == "create":
-            body = accessreview.self_review(
-                self._json_object(call), user, self._bindings, self._role
-            )
-            return self.paths.render(request, resource, body, 201)
         return self._answer(request, call)
+
+    def _self_review(self, request: Request, call: Call, user: authz.User) -> Response:
+        """``kubectl auth whoami`` and ``kubectl auth can-i [--list]``: about the caller."""
+        body = self._json_object(call)
+        if call.resource.plural == "selfsubjectaccessreviews":
+            answer = accessreview.self_review(body, user, self._bindings, self._role)
+        elif call.resource.plural == "selfsubjectrulesreviews":
+            answer = rulesreview.review(body, user, self._bindings, self._role)
+        else:
+            answer = {
+                "kind": "SelfSubjectReview",
+                "apiVersion": "authentication.k8s.io/v1",
+                "metadata": {"creationTimestamp": rfc3339(self.clock())},
+                "status": {"userInfo": self._user_info(request)},
+            }
+        return self.paths.render(request, call.resource, answer, 201)
 
     def _answer(self, request: Request, call: Call) -> Response:
         answer = self._special(call) or self._verb(call)

@@ -13,8 +13,7 @@ import pytest_asyncio
 
 from client.conftest import make_reporter as make_reporter
 from client.conftest import sink as sink
-from trainjob_devcluster import DevCluster
-from trainjob_devcluster.pytest_plugin import MakeStatusServer
+from trainjob_devcluster.pytest_plugin import KubeAPI, MakeStatusServer
 from trainjob_devcluster.testing import ServingCerts
 from trainjob_status.contract import (
     CA_CERT_ENV,
@@ -36,11 +35,11 @@ JOB = "job1"
 
 @pytest_asyncio.fixture
 async def server(
-    make_status_server: MakeStatusServer, devcluster: DevCluster
+    make_status_server: MakeStatusServer, kube_api: KubeAPI
 ) -> AsyncIterator[StatusServer]:
-    """Our server with its real token checks (the devcluster's issuer and keys); each post
+    """Our server with its real token checks (the API server's issuer and keys); each post
     is answered once written, so a test reads the TrainJob after a flush."""
-    authenticator = TokenAuthenticator(AuthSettings(issuer=devcluster.issuer, own_token_path=None))
+    authenticator = TokenAuthenticator(AuthSettings(issuer=kube_api.issuer, own_token_path=None))
     async with make_status_server(authenticator=authenticator, write_mode="direct") as running:
         yield running
 
@@ -66,14 +65,14 @@ class Pod:
 @pytest.fixture
 def pod(
     server: StatusServer,
-    devcluster: DevCluster,
+    kube_api: KubeAPI,
     serving_certs: ServingCerts,
     tmp_path: Path,
 ) -> Pod:
     """TrainJob team-a/job1, one of its pods, and that pod's projected token."""
-    devcluster.create_trainjob(NS, JOB)
-    devcluster.create_pod(NS, f"{JOB}-node-0-0", labels={JOBSET_NAME_LABEL: JOB})
-    token = devcluster.request_token(NS, "default", [audience(NS, JOB)], pod=f"{JOB}-node-0-0")
+    kube_api.create_trainjob(NS, JOB)
+    kube_api.create_pod(NS, f"{JOB}-node-0-0", labels={JOBSET_NAME_LABEL: JOB})
+    token = kube_api.request_token(NS, "default", [audience(NS, JOB)], pod=f"{JOB}-node-0-0")
     secrets = tmp_path / "secrets"
     secrets.mkdir()
     (secrets / "token").write_text(token)
@@ -83,8 +82,8 @@ def pod(
     return Pod(url, secrets / "token", secrets / "ca.crt", token)
 
 
-def stored_status(devcluster: DevCluster, name: str = JOB) -> dict[str, Any] | None:
-    obj = devcluster.get("trainjobs", NS, name, GROUP)
+def stored_status(cluster: KubeAPI, name: str = JOB) -> dict[str, Any] | None:
+    obj = cluster.get("trainjobs", NS, name, GROUP)
     assert obj is not None
     status = obj.get("status", {}).get("trainerStatus")
     return status if isinstance(status, dict) else None

@@ -1,6 +1,6 @@
-"""Against our server and the devcluster, with the pod's real token, CA file and URL:
-our client, the SDK-like client and a replay of Transformers' KubeflowCallback all get
-their updates written to the TrainJob."""
+"""Against our server and the devcluster (and the real control plane), with the pod's real
+token, CA file and URL: our client, the SDK-like client and a replay of Transformers'
+KubeflowCallback all get their updates written to the TrainJob."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import sys
 
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_status import StatusReporter
 
 from . import kubeflow_replay
@@ -16,11 +17,12 @@ from .conftest import Pod, stored_status
 from .sdk_like import SdkLikeClient
 
 
-async def test_our_client_writes_the_trainer_status(pod: Pod, devcluster: DevCluster) -> None:
+@on_both_servers
+async def test_our_client_writes_the_trainer_status(pod: Pod, kube_api: KubeAPI) -> None:
     reporter = StatusReporter(environ=pod.environ)
     assert reporter.report(42, 600, {"loss": 0.25, "accuracy": 0.9}, step=1200, epoch=1.5)
     assert await asyncio.to_thread(reporter.flush, 10)
-    status = stored_status(devcluster)
+    status = stored_status(kube_api)
     assert status is not None
     assert status.pop("lastUpdatedTime").endswith("Z")
     assert status == {
@@ -36,20 +38,20 @@ async def test_our_client_writes_the_trainer_status(pod: Pod, devcluster: DevClu
     await asyncio.to_thread(reporter.close, 0)
 
 
-async def test_the_sdk_like_client_works_against_our_server(
-    pod: Pod, devcluster: DevCluster
-) -> None:
+@on_both_servers
+async def test_the_sdk_like_client_works_against_our_server(pod: Pod, kube_api: KubeAPI) -> None:
     sdk = SdkLikeClient(pod.environ)
     assert await asyncio.to_thread(sdk.update_trainjob_status, 30, 120, {"loss": 0.5})
     assert sdk.answers == [200]
-    status = stored_status(devcluster)
+    status = stored_status(kube_api)
     assert status is not None
     assert (status["progressPercentage"], status["estimatedRemainingSeconds"]) == (30, 120)
     assert status["metrics"] == [{"name": "loss", "value": "0.5"}]
 
 
+@on_both_servers
 async def test_kubeflow_callback_posts_replayed_against_our_server(
-    pod: Pod, devcluster: DevCluster
+    pod: Pod, kube_api: KubeAPI
 ) -> None:
     posts = kubeflow_replay.posts(total_steps=6, steps_per_epoch=3)
     codes = [
@@ -58,7 +60,7 @@ async def test_kubeflow_callback_posts_replayed_against_our_server(
     ]
     assert codes == [200] * len(posts)
     assert [p["progressPercentage"] for p in posts] == [0, 16, 33, 50, 66, 83, 99, 100]
-    status = stored_status(devcluster)
+    status = stored_status(kube_api)
     assert status is not None
     assert (status["progressPercentage"], status["estimatedRemainingSeconds"]) == (100, 0)
     assert {m["name"] for m in status["metrics"]} == {"loss", "learning_rate", "epoch"}

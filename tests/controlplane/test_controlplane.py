@@ -118,7 +118,33 @@ def test_reset_removes_what_tests_made_and_keeps_the_builtins(real_cluster: Real
     real_cluster.create(
         "clusterroles", {"metadata": {"name": "made-by-a-test"}, "rules": []}, group=RBAC
     )
+    # Kinds the handle has no name for are found through discovery.
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "d"}},
+            "template": {
+                "metadata": {"labels": {"app": "d"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            },
+        },
+    }
+    deployments = "/apis/apps/v1/namespaces/team-a/deployments"
+    assert real_cluster.plane.request("POST", deployments, deployment)[0] == 201
+    priority = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "made-by-a-test"},
+        "value": 10,
+    }
+    priorities = "/apis/scheduling.k8s.io/v1/priorityclasses"
+    assert real_cluster.plane.request("POST", priorities, priority)[0] == 201
     real_cluster.reset()
+    assert real_cluster.plane.request("GET", f"{deployments}/d")[0] == 404
+    assert real_cluster.plane.request("GET", f"{priorities}/made-by-a-test")[0] == 404
+    assert real_cluster.plane.request("GET", f"{priorities}/system-cluster-critical")[0] == 200
     assert real_cluster.get("namespaces", "", "team-a") is None
     assert real_cluster.get("clusterroles", "", "made-by-a-test", RBAC) is None
     assert real_cluster.get("clusterroles", "", "cluster-admin", RBAC) is not None
@@ -172,7 +198,9 @@ def test_a_failed_start_stops_etcd_and_removes_its_files(tmp_path: Path) -> None
     assert plane._processes == []
 
 
-@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGKILL])
+@pytest.mark.parametrize(
+    "signal_number", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"]
+)
 def test_an_interrupted_start_leaves_no_process(tmp_path: Path, signal_number: int) -> None:
     """Ctrl-C during the start stops both children and removes the folder; a SIGKILLed
     test run runs no finalizer, and the kernel stops the children all the same."""

@@ -74,8 +74,25 @@ async def test_non_resource_url_follows_the_cluster_role(api: Api, devcluster: D
 
 
 async def test_default_policy_paths_and_masters(api: Api) -> None:
+    # The default bindings that allow a path are named as RBAC names them.
     _, body, _ = await api.call("POST", PATH, non_resource("/healthz"))
-    assert body["status"] == {"allowed": True}
+    assert body["status"] == {
+        "allowed": True,
+        "reason": 'RBAC: allowed by ClusterRoleBinding "system:discovery" of ClusterRole '
+        '"system:discovery" to Group "system:authenticated"',
+    }
+    _, body, _ = await api.call("POST", PATH, non_resource("/openid/v1/jwks"))
+    assert body["status"]["reason"] == (
+        'RBAC: allowed by ClusterRoleBinding "system:service-account-issuer-discovery" of '
+        'ClusterRole "system:service-account-issuer-discovery" to Group "system:serviceaccounts"'
+    )
+    anonymous = non_resource("/version", user="system:anonymous")
+    anonymous["spec"]["groups"] = ["system:unauthenticated"]
+    _, body, _ = await api.call("POST", PATH, anonymous)
+    assert body["status"]["reason"] == (
+        'RBAC: allowed by ClusterRoleBinding "system:public-info-viewer" of ClusterRole '
+        '"system:public-info-viewer" to Group "system:unauthenticated"'
+    )
     _, body, _ = await api.call("POST", PATH, non_resource("/healthz", "create"))
     assert body["status"] == {"allowed": False}
     review = non_resource("/anything")
@@ -216,3 +233,44 @@ async def test_a_named_review_has_no_route(api: Api, method: str) -> None:
             "code": 404,
         },
     )
+
+
+async def test_anonymous_callers_may_not_review_themselves(api: Api) -> None:
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    path = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+    code, body, _ = await api.call("POST", path, review, token=None)
+    assert (code, body["reason"], body["message"]) == (
+        403,
+        "Forbidden",
+        'selfsubjectreviews.authentication.k8s.io is forbidden: User "system:anonymous" cannot '
+        'create resource "selfsubjectreviews" in API group "authentication.k8s.io" at the '
+        "cluster scope",
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "token", "code"),
+    [
+        ("/healthz", None, 200),
+        ("/healthz/etcd", None, 403),
+        ("/version/", None, 200),
+        ("/apis", None, 403),
+        ("/apis/trainer.kubeflow.org", "sa", 200),
+        ("/healthz/etcd", "sa", 403),
+        ("/openid/v1/jwks", "sa", 200),
+    ],
+)
+async def test_default_policy_urls_match_as_rbac_matches_them(
+    api: Api, devcluster: DevCluster, path: str, token: str | None, code: int
+) -> None:
+    """Exact paths unless the default role's URL ends in ``*``: ``/healthz`` is
+    everyone's, ``/healthz/etcd`` nobody's without a binding."""
+    if token == "sa":
+        devcluster.ensure_namespace("mon")
+        devcluster.create("serviceaccounts", {"metadata": {"name": "scraper"}}, "mon")
+        token = devcluster.request_token("mon", "scraper", [devcluster.issuer])
+    got, body, _ = await api.call("GET", path, token=token)
+    assert got == code, body
+    if code == 403:
+        user = "system:anonymous" if token is None else SA_USER
+        assert body["message"] == f'forbidden: User "{user}" cannot get path "{path}"'

@@ -311,3 +311,55 @@ async def test_auth_can_i_asks_a_self_subject_access_review(
     token = devcluster.request_token("team-a", "nobody", [devcluster.issuer])
     refused = await kubectl.run("auth", "can-i", "get", "pods", "--token", token)
     assert (refused.code, refused.out) == (1, "no\n")
+
+
+async def test_auth_whoami_is_a_self_subject_review(
+    kubectl: Kubectl, devcluster: DevCluster
+) -> None:
+    review = json.loads(await kubectl.ok("auth", "whoami", "-o", "json"))
+    assert review["status"]["userInfo"] == {
+        "username": "devcluster-admin",
+        "groups": ["system:masters", "system:authenticated"],
+    }
+    devcluster.ensure_namespace("team-a")
+    devcluster.create("serviceaccounts", {"metadata": {"name": "trainer"}}, "team-a")
+    token = devcluster.request_token("team-a", "trainer", [devcluster.issuer])
+    out = await kubectl.ok(
+        "auth", "whoami", "--token", token, "-o", "jsonpath={.status.userInfo.username}"
+    )
+    assert out == "system:serviceaccount:team-a:trainer"
+
+
+async def test_auth_can_i_list_is_a_self_subject_rules_review(
+    kubectl: Kubectl, devcluster: DevCluster
+) -> None:
+    devcluster.ensure_namespace("team-a")
+    devcluster.create("serviceaccounts", {"metadata": {"name": "trainer"}}, "team-a")
+    devcluster.create(
+        "roles",
+        {
+            "metadata": {"name": "reader"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}],
+        },
+        "team-a",
+        RBAC,
+    )
+    devcluster.create(
+        "rolebindings",
+        {
+            "metadata": {"name": "reader"},
+            "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "trainer", "namespace": "team-a"}],
+        },
+        "team-a",
+        RBAC,
+    )
+    token = devcluster.request_token("team-a", "trainer", [devcluster.issuer])
+    out = await kubectl.ok("auth", "can-i", "--list", "-n", "team-a", "--token", token)
+    rows = [line.split() for line in out.splitlines()[1:]]
+    assert ["configmaps", "[]", "[]", "[get]"] in rows
+    assert ["[/openid/v1/jwks]", "[]", "[get]"] in rows
+    assert not any(row[0] == "*.*" for row in rows)
+    # Only in the namespace the role is bound in.
+    elsewhere = await kubectl.ok("auth", "can-i", "--list", "-n", "default", "--token", token)
+    assert "configmaps" not in elsewhere

@@ -57,7 +57,10 @@ class Server:
         content_type: str = "application/json",
         token: str | None = None,
     ) -> Answer:
-        headers = {"Authorization": f"Bearer {token or self.cluster.admin_token}"}
+        # token "": anonymous (no header); None: the admin.
+        headers = (
+            {} if token == "" else {"Authorization": f"Bearer {token or self.cluster.admin_token}"}
+        )
         data = None
         if body is not None:
             data = json.dumps(body).encode()
@@ -349,3 +352,252 @@ async def test_an_invalid_status_is_the_same_422(both: Both) -> None:
     assert status_fields(dev) == status_fields(real)
     assert real.code == 422
     assert dev.body["details"] == real.body["details"]
+
+
+async def test_subject_access_reviews_give_the_same_verdict_and_reason(both: Both) -> None:
+    """What the secure metrics port asks: bound, the reason names the binding; unbound,
+    no reason."""
+    rbac = "rbac.authorization.k8s.io"
+    both.each("ensure_namespace", "mon")
+    both.each(
+        "create",
+        "clusterroles",
+        {
+            "metadata": {"name": "metrics-reader"},
+            "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+        },
+        group=rbac,
+    )
+    both.each(
+        "create",
+        "clusterrolebindings",
+        {
+            "metadata": {"name": "metrics-reader"},
+            "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": "metrics-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "mon"}],
+        },
+        group=rbac,
+    )
+    for user, path in [
+        ("system:serviceaccount:mon:prometheus", "/metrics"),
+        ("system:serviceaccount:mon:stranger", "/metrics"),
+        ("system:serviceaccount:mon:stranger", "/apis"),
+        ("system:serviceaccount:mon:stranger", "/openid/v1/jwks"),
+    ]:
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": [
+                    "system:serviceaccounts",
+                    "system:serviceaccounts:mon",
+                    "system:authenticated",
+                ],
+                "nonResourceAttributes": {"path": path, "verb": "get"},
+            },
+        }
+        dev, real = await both.call("POST", REVIEWS[1], review)
+        assert (dev.code, dev.body["status"]) == (real.code, real.body["status"]), (user, path)
+    # Two default bindings allow /healthz to an authenticated user: the real server names
+    # whichever its cache lists first.
+    review["spec"]["nonResourceAttributes"]["path"] = "/healthz"
+    dev, real = await both.call("POST", REVIEWS[1], review)
+    possible = {
+        f'RBAC: allowed by ClusterRoleBinding "{name}" of ClusterRole "{name}" to Group '
+        '"system:authenticated"'
+        for name in ("system:discovery", "system:public-info-viewer")
+    }
+    assert dev.body["status"]["allowed"] is real.body["status"]["allowed"] is True
+    assert {dev.body["status"]["reason"], real.body["status"]["reason"]} <= possible
+
+
+async def test_a_token_review_of_a_stranger_token(both: Both) -> None:
+    review = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": {"token": "not-a-token"},
+    }
+    dev, real = await both.call("POST", REVIEWS[0], review)
+    assert dev.code == real.code == 201
+    assert dev.body["status"] == real.body["status"]
+
+
+async def test_kubectl_auth_whoami(both: Both) -> None:
+    """A SelfSubjectReview (kubectl sends protobuf): the admin's groups on both; names
+    differ by design (each server's admin is its own)."""
+    require_kubectl()
+    dev, real = await both.kubectl("auth", "whoami", "-o", "json")
+    assert dev[0] == real[0] == 0, (dev, real)
+    dev_review, real_review = json.loads(dev[1]), json.loads(real[1])
+    assert shape(dev_review) - {".status.userInfo.uid"} == shape(real_review) - {
+        ".status.userInfo.uid"
+    }
+    assert dev_review["status"]["userInfo"]["groups"] == real_review["status"]["userInfo"]["groups"]
+    assert dev_review["kind"] == real_review["kind"] == "SelfSubjectReview"
+
+
+async def test_whoami_of_a_pod_bound_token(both: Both) -> None:
+    both.each("create_pod", NS, "p", service_account="trainer")
+    answers = []
+    for server in (both.dev, both.real):
+        token = server.cluster.request_token(
+            NS, "trainer", ["https://kubernetes.default.svc.cluster.local"], pod="p"
+        )
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        answers.append(
+            await server.call(
+                "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", review, token=token
+            )
+        )
+    dev, real = answers
+    assert dev.code == real.code == 201
+    dev_user, real_user = dev.body["status"]["userInfo"], real.body["status"]["userInfo"]
+    assert (dev_user["username"], dev_user["groups"]) == (
+        real_user["username"],
+        real_user["groups"],
+    )
+    assert sorted(dev_user["extra"]) == sorted(real_user["extra"])
+    assert dev_user["extra"]["authentication.kubernetes.io/pod-name"] == ["p"]
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [
+        ("/apis/authentication.k8s.io/v1/selfsubjectreviews", "SelfSubjectReview"),
+        (REVIEWS[2], "SelfSubjectAccessReview"),
+    ],
+)
+async def test_anonymous_self_reviews_are_forbidden(both: Both, path: str, kind: str) -> None:
+    group = path.split("/")[2]
+    review = {
+        "apiVersion": f"{group}/v1",
+        "kind": kind,
+        "spec": {"nonResourceAttributes": {"path": "/", "verb": "get"}},
+    }
+    dev, real = await both.call("POST", path, review, token="")
+    assert dev.body == real.body
+    assert real.code == 403
+
+
+def rules(answer: Answer) -> tuple[list[str], list[str]]:
+    """A rules review's rules, order aside (the real server lists them as its cache
+    iterates the bindings)."""
+    status = answer.body["status"]
+    return (
+        sorted(json.dumps(r, sort_keys=True) for r in status["resourceRules"]),
+        sorted(json.dumps(r, sort_keys=True) for r in status["nonResourceRules"]),
+    )
+
+
+async def test_self_subject_rules_reviews_list_the_same_rules(both: Both) -> None:
+    rbac = "rbac.authorization.k8s.io"
+    both.each("create_pod", NS, "p", service_account="trainer")
+    both.each(
+        "create",
+        "roles",
+        {
+            "metadata": {"name": "reader"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "verbs": ["get", "list"],
+                    "resourceNames": ["one"],
+                }
+            ],
+        },
+        NS,
+        rbac,
+    )
+    both.each(
+        "create",
+        "rolebindings",
+        {
+            "metadata": {"name": "reader"},
+            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": "reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "trainer", "namespace": NS}],
+        },
+        NS,
+        rbac,
+    )
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectRulesReview",
+        "spec": {"namespace": NS},
+    }
+    path = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews"
+    dev, real = await both.call("POST", path, review)
+    assert dev.code == real.code == 201
+    assert rules(dev) == rules(real)
+    answers = []
+    for server in (both.dev, both.real):
+        token = server.cluster.request_token(
+            NS, "trainer", ["https://kubernetes.default.svc.cluster.local"]
+        )
+        answers.append(await server.call("POST", path, review, token=token))
+    assert answers[0].code == answers[1].code == 201
+    assert rules(answers[0]) == rules(answers[1])
+    assert answers[0].body["status"]["incomplete"] is answers[1].body["status"]["incomplete"]
+
+
+async def test_kubectl_auth_can_i_list(both: Both) -> None:
+    require_kubectl()
+    both.each("ensure_namespace", NS)
+    dev, real = await both.kubectl("auth", "can-i", "--list", "-n", NS)
+    assert dev[0] == real[0] == 0, (dev, real)
+    assert sorted(dev[1].splitlines()[1:]) == sorted(real[1].splitlines()[1:])
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/healthz",
+        "/healthz/etcd",
+        "/livez",
+        "/readyz",
+        "/version",
+        "/api",
+        "/apis",
+        "/metrics",
+        "/openid/v1/jwks",
+    ],
+)
+async def test_what_an_anonymous_caller_may_read(both: Both, path: str) -> None:
+    dev, real = await both.call("GET", path, token="")
+    assert dev.code == real.code, (dev, real)
+    if real.code == 403:
+        assert dev.body == real.body
+
+
+async def test_a_bad_trainjob_name_and_a_short_token_are_the_same_422(both: Both) -> None:
+    both.each("ensure_namespace", NS)
+    both.each("create", "serviceaccounts", {"metadata": {"name": "sa"}}, NS)
+    body = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "Bad_Name"},
+        "spec": {"runtimeRef": {"name": "x"}},
+    }
+    dev, real = await both.call("POST", TRAINJOBS, body)
+    assert (dev.code, dev.body) == (real.code, real.body)
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"audiences": ["x"], "expirationSeconds": 60},
+    }
+    dev, real = await both.call(
+        "POST", f"/api/v1/namespaces/{NS}/serviceaccounts/sa/token", request
+    )
+    assert (dev.code, dev.body) == (real.code, real.body)
+    assert real.code == 422
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/.well-known/openid-configuration", "/openid/v1/jwks", "/apis/trainer.kubeflow.org/v1alpha1"],
+)
+async def test_documents_the_server_reads_have_the_same_shape(both: Both, path: str) -> None:
+    dev, real = await both.call("GET", path)
+    assert dev.code == real.code == 200
+    assert shape(dev.body) == shape(real.body)

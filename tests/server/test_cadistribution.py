@@ -1,4 +1,4 @@
-"""CA distribution against the devcluster: ``trainjob-status-ca`` in every namespace with
+"""CA distribution against the devcluster (and, where marked, the real control plane): ``trainjob-status-ca`` in every namespace with
 TrainJobs (and only there), written by server-side apply, rewritten when the CA file
 changes, shared by replicas without conflict."""
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_status_server.certificates import pki
 from trainjob_status_server.kube.cache import WatchCache
 from trainjob_status_server.kube.client import KubeClient
@@ -27,8 +28,8 @@ def new_ca_pem() -> bytes:
 
 
 @pytest_asyncio.fixture
-async def kube(devcluster: DevCluster) -> AsyncIterator[KubeClient]:
-    async with KubeClient(devcluster.kubeconfig_path, qps=1000, burst=1000, timeout=2.0) as k:
+async def kube(kube_api: KubeAPI) -> AsyncIterator[KubeClient]:
+    async with KubeClient(kube_api.kubeconfig_path, qps=1000, burst=1000, timeout=2.0) as k:
         yield k
 
 
@@ -41,7 +42,7 @@ async def trainjobs(kube: KubeClient) -> AsyncIterator[WatchCache]:
     await cache.stop()
 
 
-def ca_in(cluster: DevCluster, namespace: str) -> bytes | None:
+def ca_in(cluster: KubeAPI, namespace: str) -> bytes | None:
     found = cluster.get("configmaps", namespace, "trainjob-status-ca")
     if found is None or "ca.crt" not in found.get("data", {}):
         return None
@@ -85,55 +86,58 @@ async def test_every_namespace_with_trainjobs_gets_the_ca(
         await d.stop()
 
 
+@on_both_servers
 async def test_a_rotated_ca_reaches_every_namespace(
-    devcluster: DevCluster, kube: KubeClient, trainjobs: WatchCache, tmp_path: Path
+    kube_api: KubeAPI, kube: KubeClient, trainjobs: WatchCache, tmp_path: Path
 ) -> None:
     for namespace in ("team-a", "team-b"):
-        devcluster.create_trainjob(namespace, "tj")
+        kube_api.create_trainjob(namespace, "tj")
     ca_file = tmp_path / "ca.crt"
     first = new_ca_pem()
     ca_file.write_bytes(first)
     d = await distribution(kube, trainjobs, ca_file)
     try:
-        await until(lambda: ca_in(devcluster, "team-a") == first == ca_in(devcluster, "team-b"))
+        await until(lambda: ca_in(kube_api, "team-a") == first == ca_in(kube_api, "team-b"))
         # A half-written file is not distributed; the complete one is.
         ca_file.write_bytes(b"-----BEGIN CERTIFICATE-----\nMIIB")
         rotated = new_ca_pem() + first
         assert not await d.refresh()
         ca_file.write_bytes(rotated)
-        await until(lambda: ca_in(devcluster, "team-a") == rotated == ca_in(devcluster, "team-b"))
+        await until(lambda: ca_in(kube_api, "team-a") == rotated == ca_in(kube_api, "team-b"))
     finally:
         await d.stop()
 
 
+@on_both_servers
 async def test_the_ca_may_come_later(
-    devcluster: DevCluster, kube: KubeClient, trainjobs: WatchCache, tmp_path: Path
+    kube_api: KubeAPI, kube: KubeClient, trainjobs: WatchCache, tmp_path: Path
 ) -> None:
-    devcluster.create_trainjob("team-a", "tj")
+    kube_api.create_trainjob("team-a", "tj")
     ca_file = tmp_path / "ca.crt"
     d = await distribution(kube, trainjobs, ca_file)
     try:
         await until(lambda: len(trainjobs) == 1)
-        assert ca_in(devcluster, "team-a") is None
+        assert ca_in(kube_api, "team-a") is None
         ca = new_ca_pem()
         ca_file.write_bytes(ca)  # what the bootstrap or cert-manager's Secret brings
-        await until(lambda: ca_in(devcluster, "team-a") == ca)
+        await until(lambda: ca_in(kube_api, "team-a") == ca)
     finally:
         await d.stop()
 
 
+@on_both_servers
 async def test_replicas_share_the_configmap(
-    devcluster: DevCluster, kube: KubeClient, trainjobs: WatchCache, tmp_path: Path
+    kube_api: KubeAPI, kube: KubeClient, trainjobs: WatchCache, tmp_path: Path
 ) -> None:
-    devcluster.create_trainjob("team-a", "tj")
+    kube_api.create_trainjob("team-a", "tj")
     ca = new_ca_pem()
     (tmp_path / "ca.crt").write_bytes(ca)
     a = await distribution(kube, trainjobs, tmp_path / "ca.crt")
     b = await distribution(kube, trainjobs, tmp_path / "ca.crt")
     try:
         await until(lambda: "team-a" in a.applied and "team-a" in b.applied)
-        assert ca_in(devcluster, "team-a") == ca
-        found = devcluster.get("configmaps", "team-a", "trainjob-status-ca")
+        assert ca_in(kube_api, "team-a") == ca
+        found = kube_api.get("configmaps", "team-a", "trainjob-status-ca")
         assert found is not None
         managers = {m["manager"] for m in found["metadata"].get("managedFields", [])}
         assert managers == {"trainjob-status-ca"}

@@ -402,7 +402,14 @@ class Kubectl:
         )
         self.plugin.chmod(0o755)
         self.env = {
-            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            # `kubectl plugin list` warns about every PATH entry it cannot read (a Go
+            # toolchain's bin folder that nothing was installed into yet, say).
+            "PATH": os.pathsep.join(
+                [
+                    str(bin_dir),
+                    *(p for p in os.environ.get("PATH", "").split(os.pathsep) if os.path.isdir(p)),
+                ]
+            ),
             "HOME": str(home),
             "KUBECONFIG": str(cluster.kubeconfig_path),
         }

@@ -115,6 +115,35 @@ async def test_a_second_apply_without_a_field_removes_it(
 
 
 @on_both_servers
+async def test_a_conditional_apply_on_a_changed_object_is_409_and_writes_nothing(
+    kube: KubeClient, kube_api: KubeAPI
+) -> None:
+    created = kube_api.create_trainjob(NS, "tj")
+    first = {"progressPercentage": 1, "lastUpdatedTime": T0}
+    written = await kube.apply_trainjob_status(
+        NS, "tj", encoded(first), resource_version=created["metadata"]["resourceVersion"]
+    )
+    with pytest.raises(KubeError) as caught:
+        await kube.apply_trainjob_status(
+            NS,
+            "tj",
+            encoded({"progressPercentage": 2, "lastUpdatedTime": T0}),
+            resource_version=created["metadata"]["resourceVersion"],
+        )
+    error = caught.value
+    assert (error.status, error.reason) == (409, "Conflict")
+    assert error.message == (
+        'Operation cannot be fulfilled on trainjobs.trainer.kubeflow.org "tj": the object has '
+        "been modified; please apply your changes to the latest version and try again"
+    )
+    assert (
+        stored(kube_api, "tj")["metadata"]["resourceVersion"]
+        == (written["metadata"]["resourceVersion"])
+    )
+    assert stored(kube_api, "tj")["status"]["trainerStatus"] == first
+
+
+@on_both_servers
 async def test_apply_to_a_missing_trainjob_is_404_and_creates_nothing(
     kube: KubeClient, kube_api: KubeAPI
 ) -> None:
