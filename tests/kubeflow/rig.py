@@ -52,8 +52,9 @@ OUR_WEBHOOK = "trainjob-status"
 FIELD_MANAGER = "trainer-status"
 
 
-def wait_for(what: str, check: Any, timeout: float = 60.0) -> Any:
-    """Poll ``check()`` until it returns something truthy; that value."""
+def wait_for(what: str, check: Any, timeout: float = 120.0) -> Any:
+    """Poll ``check()`` until it returns something truthy; that value. The bound is wide:
+    Go programs and the control plane share a busy 2-core machine."""
     deadline = time.monotonic() + timeout
     while True:
         found = check()

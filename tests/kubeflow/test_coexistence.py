@@ -61,7 +61,6 @@ def shows(kubeflow: Kubeflow, namespace: str, name: str, percent: int) -> None:
     wait_for(
         f"{namespace}/{name} at {percent}%",
         lambda: progress(kubeflow, namespace, name) == percent,
-        timeout=30,
     )
 
 
