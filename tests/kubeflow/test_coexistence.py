@@ -111,6 +111,10 @@ def test_gate_on_the_trainer_injects_and_our_webhook_leaves_its_pods_alone(
             for s in volume["projected"]["sources"]
             if "serviceAccountToken" in s
         ]
+        mounts = pod["spec"]["containers"][0]["volumeMounts"]
+        assert {"name": VOLUME_NAME, "mountPath": MOUNT_PATH, "readOnly": True} in [
+            {k: m.get(k) for k in ("name", "mountPath", "readOnly")} for m in mounts
+        ]
         # The same audience as ours, so one token serves either server.
         assert projection["audience"] == audience(ns, name)
         assert projection["expirationSeconds"] == 3600
