@@ -20,8 +20,8 @@ export TRAINJOB_STATUS_CACHE
 HELM_VERSION := $(shell awk '$$1 == "require" { $$1 = ""; $$0 = $$0 } $$1 == "helm.sh/helm/v4" { print $$2; exit }' tools/helm/go.mod)
 HELM := $(TRAINJOB_STATUS_CACHE)/helm/$(HELM_VERSION)/helm
 
-.PHONY: demo test lint typecheck unit client-py39 client-py39-run kube-assets real-tier-assets devcluster \
-	bench clean deploy-assets helm-bin crds
+.PHONY: demo test lint typecheck unit client-py39 client-py39-run kube-assets trainer-assets real-tier-assets \
+	devcluster bench clean deploy-assets helm-bin crds
 
 $(SERVER_STAMP): client/pyproject.toml server/pyproject.toml devcluster/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,13 +56,16 @@ typecheck: $(STAMP) $(VENV_MYPY39)/.installed
 # KUBEBUILDER_ASSETS: a folder given in the environment is used as it is; otherwise the
 # cache, built first where Go is. Where Go is missing a SKIPPED line says so and those tests
 # skip, except under CI (TRAINJOB_STATUS_CI=1), where both this and the tests fail.
+# Kubeflow Trainer's programs (tests/kubeflow) are found the same way through
+# TRAINER_ASSETS, built with them (make trainer-assets).
 KUBEBUILDER_ASSETS ?= $(KUBE_ASSETS_DIR)
+TRAINER_ASSETS ?= $(TRAINER_ASSETS_DIR)
 
 real-tier-assets:
 	@if [ "$(origin KUBEBUILDER_ASSETS)" = environment ]; then \
 	  echo "real tier: KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS)"; \
 	elif command -v $(GO) >/dev/null 2>&1; then \
-	  $(MAKE) --no-print-directory kube-assets; \
+	  $(MAKE) --no-print-directory kube-assets trainer-assets; \
 	elif [ "$$TRAINJOB_STATUS_CI" = 1 ]; then \
 	  echo "kube-assets: $(GO) is not installed; CI runs the real tier" >&2; exit 1; \
 	else \
@@ -70,7 +73,7 @@ real-tier-assets:
 	fi
 
 unit: $(STAMP) real-tier-assets
-	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" $(BIN)/pytest -q
+	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" TRAINER_ASSETS="$(TRAINER_ASSETS)" $(BIN)/pytest -q
 
 $(VENV_PY39)/.installed: pyproject.toml
 	rm -rf $(VENV_PY39)
@@ -157,6 +160,39 @@ $(KUBE_ASSETS_DIR)/.complete:
 	touch "$(KUBE_ASSETS_DIR).partial/.complete"
 	rm -rf "$(KUBE_ASSETS_DIR)"
 	mv "$(KUBE_ASSETS_DIR).partial" "$(KUBE_ASSETS_DIR)"
+
+# Kubeflow Trainer beside our server (the real tier's coexistence tests and
+# bench/trainer_side_by_side.py): its controller manager and our runner of its status
+# server package (tools/trainer/cmd/trainer-status-server), built from the Go module in
+# tools/trainer, whose go.mod pins the Trainer and, through it, JobSet. The manifests the
+# tests install come out of the same modules' sources in the Go module cache: the
+# Trainer's CRDs, its torch-distributed ClusterTrainingRuntime and webhook configurations,
+# and JobSet's CRD at the version the Trainer requires. Nothing is written by hand.
+TRAINER_VERSION := $(shell awk '$$1 == "github.com/kubeflow/trainer/v2" && $$2 ~ /^v/ {print $$2; exit}' tools/trainer/go.mod)
+JOBSET_VERSION := $(shell awk '$$1 == "sigs.k8s.io/jobset" && $$2 ~ /^v/ {print $$2; exit}' tools/trainer/go.mod)
+TRAINER_ASSETS_CACHE ?= $(HOME)/.cache/trainjob-status/trainer-assets
+TRAINER_ASSETS_DIR ?= $(TRAINER_ASSETS_CACHE)/trainer-$(TRAINER_VERSION)-jobset-$(JOBSET_VERSION)
+# The folder of a module in the Go module cache (downloaded first where missing).
+go_module_dir = $$(cd tools/trainer && $(GO) mod download -json $(1) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p')
+
+trainer-assets: $(TRAINER_ASSETS_DIR)/.complete
+
+$(TRAINER_ASSETS_DIR)/.complete: tools/trainer/go.mod tools/trainer/go.sum tools/trainer/cmd/trainer-status-server/main.go
+	rm -rf "$(TRAINER_ASSETS_DIR).partial"
+	mkdir -p "$(TRAINER_ASSETS_DIR).partial/bin" "$(TRAINER_ASSETS_DIR).partial/crds" "$(TRAINER_ASSETS_DIR).partial/runtimes"
+	cd tools/trainer && CGO_ENABLED=0 $(GO) build -buildvcs=false -trimpath -ldflags "-s -w" \
+	  -o "$(TRAINER_ASSETS_DIR).partial/bin/" \
+	  github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager ./cmd/trainer-status-server
+	trainer=$(call go_module_dir,github.com/kubeflow/trainer/v2@$(TRAINER_VERSION)) && \
+	jobset=$(call go_module_dir,sigs.k8s.io/jobset@$(JOBSET_VERSION)) && \
+	cp "$$trainer"/manifests/base/crds/trainer.kubeflow.org_*.yaml \
+	  "$$jobset"/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml "$(TRAINER_ASSETS_DIR).partial/crds/" && \
+	cp "$$trainer"/manifests/base/runtimes/torch_distributed.yaml "$(TRAINER_ASSETS_DIR).partial/runtimes/" && \
+	cp "$$trainer"/manifests/base/webhook/manifests.yaml "$(TRAINER_ASSETS_DIR).partial/webhooks.yaml"
+	chmod -R u+w "$(TRAINER_ASSETS_DIR).partial"
+	touch "$(TRAINER_ASSETS_DIR).partial/.complete"
+	rm -rf "$(TRAINER_ASSETS_DIR)"
+	mv "$(TRAINER_ASSETS_DIR).partial" "$(TRAINER_ASSETS_DIR)"
 
 test: lint typecheck deploy-assets unit client-py39
 

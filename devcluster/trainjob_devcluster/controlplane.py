@@ -135,9 +135,11 @@ class ControlPlane:
     stop is called on every exit path of ``with`` (KeyboardInterrupt included).
     """
 
-    def __init__(self, assets: Path, *, issuer: str = DEFAULT_ISSUER) -> None:
+    def __init__(self, assets: Path, *, issuer: str | None = DEFAULT_ISSUER) -> None:
+        # None: the API server's own URL, where a client outside the cluster finds the
+        # issuer's discovery document (Kubeflow Trainer's status server looks there).
         self.assets = assets
-        self.issuer = issuer
+        self.issuer = issuer or ""
         self.workdir = Path(tempfile.mkdtemp(prefix="controlplane-"))
         self.admin_token = secrets.token_urlsafe(32)
         self.ca = CertificateAuthority("trainjob-status control plane CA")
@@ -153,6 +155,7 @@ class ControlPlane:
             etcd_port = free_port()
             self._spawn("etcd", etcd_args(self.workdir / "etcd", etcd_port, free_port()))
             port = free_port()
+            self.issuer = self.issuer or f"https://127.0.0.1:{port}"
             files = self._write_files()
             self._spawn("kube-apiserver", apiserver_args(files, port, etcd_port, self.issuer))
             self.url = f"https://127.0.0.1:{port}"

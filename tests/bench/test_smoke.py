@@ -20,6 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from trainjob_devcluster.kubeflow_trainer import (
+    TrainerAssetsMissing,
+    find_trainer_assets,
+    private_mounts_usable,
+)
 from trainjob_devcluster.pytest_plugin import require_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +38,8 @@ class Bench:
     figures: tuple[str, ...]  # regular expressions, each to match a line of the output
     args: tuple[str, ...] = ()
     binaries: tuple[str, ...] = ()
+    # Needs Kubeflow Trainer's programs (make trainer-assets).
+    trainer: bool = False
 
     def __str__(self) -> str:
         return self.script
@@ -193,6 +200,22 @@ BENCHES = [
         args=("--floor",),
         binaries=("wrk", "taskset"),
     ),
+    Bench(
+        "trainer_side_by_side",
+        (
+            rf"^posts/s\s+{NUMBER}\s+{NUMBER}\s+x{NUMBER}",
+            rf"^writes/post\s+{NUMBER}\s+{NUMBER}",
+            r"^answer: forged token\s+401 Unauthorized\s+403 Forbidden",
+            r"^answer: another TrainJob's pod\s+403 Forbidden\s+200",
+            r"^answer: malformed body\s+422 Invalid\s+422 Invalid",
+            rf"^freshness p99 s, 3 TJ\s+{NUMBER}\s+{NUMBER}",
+            rf"^memory KiB per TrainJob\s+-?{NUMBER}\s+-?{NUMBER}",
+        ),
+        # The development cluster: a smoke run need not build kube-apiserver.
+        args=("--api", "devcluster"),
+        binaries=("taskset", "unshare"),
+        trainer=True,
+    ),
 ]
 
 
@@ -200,6 +223,20 @@ def test_every_bench_has_a_smoke_run() -> None:
     assert sorted(b.script for b in BENCHES) == sorted(
         p.stem for p in (ROOT / "bench").glob("*.py") if not p.stem.startswith("_")
     )
+
+
+def require_trainer_assets() -> None:
+    """Skips where ``make trainer-assets`` has not run or mount namespaces are not
+    allowed, except under CI, where that fails."""
+    try:
+        find_trainer_assets(ROOT / "tools" / "trainer" / "go.mod")
+        why = private_mounts_usable()
+    except TrainerAssetsMissing as missing:
+        why = str(missing)
+    if why and os.environ.get("TRAINJOB_STATUS_CI") == "1":
+        pytest.fail(why)
+    if why:
+        pytest.skip(why)
 
 
 def run(bench: Bench) -> subprocess.CompletedProcess[str]:
@@ -236,7 +273,9 @@ def test_bench_runs_at_smoke_size(
     bench: Bench, runs: dict[str, Future[subprocess.CompletedProcess[str]]]
 ) -> None:
     for binary in bench.binaries:
-        require_binary(binary, "util-linux" if binary == "taskset" else None)
+        require_binary(binary, "util-linux" if binary in ("taskset", "unshare") else None)
+    if bench.trainer:
+        require_trainer_assets()
     done = runs[bench.script].result()
     output = f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
     assert done.returncode == 0, output
