@@ -13,6 +13,18 @@ Obj = dict[str, Any]
 
 JOBSET_GROUP = "jobset.x-k8s.io"
 JOBSET_STEP_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+# A Job template as JobSet's own CRD requires one (the real CRD's schema), used for the
+# JobSet's step and the Job made of it.
+_JOB_SPEC: Obj = {
+    "spec": {
+        "template": {
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "node", "image": "busybox"}],
+            }
+        }
+    }
+}
 
 
 class Handle(Protocol):
@@ -66,7 +78,7 @@ def trainjob_job(
     if jobset is None:
         body: Obj = {
             "metadata": {"name": trainjob, "ownerReferences": [controller_reference(found)]},
-            "spec": {"replicatedJobs": [{"name": replicated_job}]},
+            "spec": {"replicatedJobs": [{"name": replicated_job, "template": _JOB_SPEC}]},
         }
         jobset = api.create("jobsets", body, namespace, JOBSET_GROUP)
     job_name = f"{trainjob}-{replicated_job}-{index}"
@@ -78,14 +90,7 @@ def trainjob_job(
                 "labels": {**labels, JOBSET_STEP_LABEL: replicated_job},
                 "ownerReferences": [controller_reference(jobset)],
             },
-            "spec": {
-                "template": {
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [{"name": "c", "image": "i"}],
-                    }
-                }
-            },
+            "spec": _JOB_SPEC["spec"],
         }
         job = api.create("jobs", job_body, namespace, "batch")
     return job

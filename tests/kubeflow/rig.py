@@ -39,6 +39,7 @@ from trainjob_devcluster.kubeflow_trainer import (
 )
 from trainjob_devcluster.realcluster import RealCluster
 from trainjob_devcluster.testing import ServingCerts, free_port
+from trainjob_devcluster.workloads import controller_reference
 from trainjob_status import contract
 from trainjob_status_server.pods.injection import VOLUME_NAME
 
@@ -191,7 +192,9 @@ class Kubeflow:
 
     def trainer_pod(self, jobset: dict[str, Any], *, index: int = 0) -> dict[str, Any]:
         """A pod of the trainer step, created through the API (so through admission and
-        our webhook) from the JobSet's template, labelled as JobSet and Job label it."""
+        our webhook) from the JobSet's template, labelled as JobSet and Job label it and
+        owned by the step's Job (made here as the JobSet controller would, owned by the
+        JobSet), so the owner chain leads to the TrainJob as in a cluster."""
         meta = jobset["metadata"]
         rjob = next(
             r
@@ -208,16 +211,45 @@ class Kubeflow:
             JOB_INDEX_LABEL: "0",
             "batch.kubernetes.io/job-name": job,
         }
+        owner = self.step_job(jobset, job, labels)
         body = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": f"{job}-{index}-{secrets.token_hex(3)}", "labels": labels},
+            "metadata": {
+                "name": f"{job}-{index}-{secrets.token_hex(3)}",
+                "labels": labels,
+                "ownerReferences": [controller_reference(owner)],
+            },
             "spec": template["spec"],
         }
         created: dict[str, Any] = self.cluster.call(
             "POST", f"/api/v1/namespaces/{meta['namespace']}/pods", body
         )
         return created
+
+    def step_job(self, jobset: dict[str, Any], name: str, labels: dict[str, str]) -> dict[str, Any]:
+        """The Job ``name`` of ``jobset`` as the JobSet controller makes it (its controller
+        reference the JobSet); made once, found after."""
+        namespace = jobset["metadata"]["namespace"]
+        found = self.cluster.get("jobs", namespace, name, "batch")
+        if found is not None:
+            return found
+        body = {
+            "metadata": {
+                "name": name,
+                "labels": labels,
+                "ownerReferences": [controller_reference(jobset)],
+            },
+            "spec": {
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "node", "image": "busybox"}],
+                    }
+                }
+            },
+        }
+        return self.cluster.create("jobs", body, namespace, "batch")
 
     def mounted_token(self, pod: dict[str, Any]) -> str:
         """What the kubelet writes into the pod's ``kubeflow-trainer-token`` volume: a

@@ -80,7 +80,7 @@ def test_what_each_server_answers(kubeflow: Kubeflow, certs: ServingCerts) -> No
     cluster = kubeflow.cluster
     for name in ("job1", "job2"):
         kubeflow.create_trainjob(NS, name)
-        cluster.create_pod(NS, f"{name}-node-0-0", labels={JOBSET_NAME_LABEL: name})
+        cluster.create_trainjob_pod(NS, name, f"{name}-node-0-0")
     token = cluster.request_token(NS, "default", [audience(NS, "job1")], pod="job1-node-0-0")
     # job2's pod asks for a token for job1's audience: the API server mints it.
     neighbour = cluster.request_token(NS, "default", [audience(NS, "job1")], pod="job2-node-0-0")

@@ -125,6 +125,22 @@ async def test_a_pod_labelled_into_another_trainjob_is_refused_by_ownership(
     assert [r.__dict__["mode"] for r in lines] == ["ownership"]
 
 
+async def test_a_pod_of_a_trainjob_that_is_gone_gets_not_found(
+    devcluster: DevCluster, config: Config, certs: ServingCerts
+) -> None:
+    # The TrainJob was deleted while its pod still runs: no chain can lead to it, and the
+    # answer is the 404 a post for a missing TrainJob gets, not a credential refusal.
+    devcluster.create_trainjob(NS, VICTIM)
+    add_pod(devcluster, "victim-node-0-0", job=VICTIM)
+    token = mint(devcluster, pod="victim-node-0-0", aud=audience(NS, VICTIM))
+    devcluster.delete("trainjobs", NS, VICTIM, GROUP)
+    async with running_with_tokens(devcluster, config, certs, server_budgets=True) as rig:
+        assert await noted(rig) == "ownership"
+        code, body, _ = await rig.post(token, name=VICTIM)
+        assert (code, body["reason"], body["message"]) == (404, "NotFound", "Train job not found")
+    assert devcluster.get("trainjobs", NS, VICTIM, GROUP) is None
+
+
 async def test_where_jobsets_cannot_be_listed_the_label_binds_and_the_mode_says_so(
     devcluster: DevCluster, config: Config, certs: ServingCerts, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from trainjob_status.contract import JOBSET_NAME_LABEL
 
-from ..failures import Unavailable
+from ..failures import TrainJobNotFound, Unavailable
 from ..kube.cache import WatchCache
 from ..kube.client import KubeClient
 from ..kube.errors import KubeError, KubeUnavailable
@@ -234,12 +234,17 @@ class PodBinding:
 
     async def _owned(self, namespace: str, pod: Obj, trainjob: str) -> None:
         """Refuses a pod whose owner chain does not lead to ``trainjob`` (ownership mode;
-        only when membership is required at all)."""
+        only when membership is required at all). Where ``trainjob`` does not exist (a
+        pod of a TrainJob deleted meanwhile) no chain can lead there: the answer is the
+        404 the post would get later, as in the labels mode and from the peer, not a
+        refusal that reads as a wrong credential."""
         if (
             self.require_membership
             and self.owners is not None
             and not await self.owners.owns(namespace, pod, trainjob)
         ):
+            if self.owners.trainjobs.get(namespace, trainjob) is None:
+                raise TrainJobNotFound()
             raise AuthFailure(failures.NOT_OWNED)
 
     async def _resolve(self, namespace: str, name: str, uid: str, held: Obj | None) -> Obj:

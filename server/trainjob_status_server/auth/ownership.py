@@ -171,6 +171,8 @@ class OwnerChain:
             if set_ref is not None and set_ref[0] == "JobSet":
                 await self._wait(self.jobsets, namespace, set_ref)
         held = self.trainjobs.get(namespace, trainjob)
+        if held is None:  # created a moment ago, or gone: the watch may trail either
+            held = await self.trainjobs.wait_for(namespace, trainjob, self.grace)
         return owned_through(
             pod,
             trainjob,
