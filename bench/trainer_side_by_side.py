@@ -65,7 +65,7 @@ from trainjob_devcluster.kubeflow_trainer import (
 )
 from trainjob_devcluster.realcluster import RealCluster
 from trainjob_devcluster.testing import ServingCerts, free_port
-from trainjob_status.contract import GROUP, JOBSET_NAME_LABEL, RESOURCE, audience, status_path
+from trainjob_status.contract import GROUP, RESOURCE, audience, status_path
 
 ROOT = Path(__file__).resolve().parents[1]
 NS = "bench"
@@ -128,7 +128,7 @@ class Cluster:
             name = f"job{len(self.jobs)}"
             self.cluster.create_trainjob(NS, name)
             pod = f"{name}-node-0-0"
-            self.cluster.create_pod(NS, pod, labels={JOBSET_NAME_LABEL: name})
+            self.cluster.create_trainjob_pod(NS, name, pod)
             token = self.cluster.request_token(NS, "default", [audience(NS, name)], pod=pod)
             self.jobs.append(Job(name, token))
 
