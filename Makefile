@@ -233,7 +233,7 @@ versions: $(STAMP)
 	@echo "resolved versions in $(VENV) ($$($(BIN)/python --version)):"
 	@$(BIN)/pip freeze --exclude-editable
 
-test-lowest: $(STAMP)
+test-lowest: $(STAMP) real-tier-assets
 	rm -rf $(VENV_LOWEST) $(VENV_LOWEST_PY39)
 	$(PYTHON) -m venv $(VENV_LOWEST)
 	$(LOWEST) --python $(VENV_LOWEST)/bin/python -e ./client -e ./server -e ./devcluster \
@@ -241,7 +241,8 @@ test-lowest: $(STAMP)
 	@echo "resolved versions in $(VENV_LOWEST) ($$($(VENV_LOWEST)/bin/python --version)):"
 	@$(VENV_LOWEST)/bin/pip freeze --exclude-editable
 	$(VENV_LOWEST)/bin/python .ci/floors.py test server/pyproject.toml devcluster/pyproject.toml
-	$(VENV_LOWEST)/bin/pytest -q -p no:cacheprovider $(LOWEST_TESTS)
+	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" TRAINER_ASSETS="$(TRAINER_ASSETS)" \
+	  $(VENV_LOWEST)/bin/pytest -q -p no:cacheprovider $(LOWEST_TESTS)
 	$(PYTHON39) -m venv $(VENV_LOWEST_PY39)
 	$(LOWEST) --python $(VENV_LOWEST_PY39)/bin/python --group client-py39
 	rm -rf client/build
@@ -252,14 +253,15 @@ test-lowest: $(STAMP)
 	$(VENV_LOWEST_PY39)/bin/python .ci/floors.py client-py39
 	$(VENV_LOWEST_PY39)/bin/pytest -q -p no:cacheprovider --confcutdir=tests/client tests/client
 
-test-newest-python:
+test-newest-python: real-tier-assets
 	rm -rf $(VENV_NEWEST_PY)
 	$(PYTHON_NEWEST) -m venv $(VENV_NEWEST_PY)
 	$(VENV_NEWEST_PY)/bin/pip install --quiet --upgrade pip
 	$(VENV_NEWEST_PY)/bin/pip install --quiet -e ./client -e ./server -e ./devcluster --group test
 	@echo "resolved versions in $(VENV_NEWEST_PY) ($$($(VENV_NEWEST_PY)/bin/python --version)):"
 	@$(VENV_NEWEST_PY)/bin/pip freeze --exclude-editable
-	$(VENV_NEWEST_PY)/bin/pytest -q -p no:cacheprovider tests/server
+	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" TRAINER_ASSETS="$(TRAINER_ASSETS)" \
+	  $(VENV_NEWEST_PY)/bin/pytest -q -p no:cacheprovider tests/server
 
 # The image's lock: the newest versions the server's ranges allow, for the image's
 # Python (3.11, the Dockerfile's PYTHON_IMAGE) on any platform, each with its hashes.
