@@ -15,8 +15,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from trainjob_status import contract
-
 from . import objects, workloads
 from .admission import Backend
 from .faults import Faults, RequestInfo
@@ -33,7 +31,7 @@ from .tokens import SigningKeys, TokenIssuer
 DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 
-class DevCluster:
+class DevCluster(workloads.TrainJobWorkloads):
     """A local Kubernetes API server for development and tests. Never for production.
 
     ``async with DevCluster() as cluster:`` serves HTTPS on 127.0.0.1 (a free port unless
@@ -155,59 +153,6 @@ class DevCluster:
         if self.get("serviceaccounts", name, "default") is None:
             self.create("serviceaccounts", {"metadata": {"name": "default"}}, name)
         return created
-
-    def create_trainjob(self, namespace: str, name: str, **spec: Any) -> Obj:
-        self.ensure_namespace(namespace)
-        body = {
-            "apiVersion": f"{contract.GROUP}/{contract.VERSION}",
-            "kind": contract.KIND,
-            "metadata": {"name": name},
-            "spec": {"runtimeRef": {"name": "torch-distributed"}, **spec},
-        }
-        return self.create(contract.RESOURCE, body, namespace, contract.GROUP)
-
-    def create_pod(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        service_account: str = "default",
-        labels: dict[str, str] | None = None,
-        owner: Obj | None = None,
-    ) -> Obj:
-        """A pod; ``owner`` (an object as stored) becomes its controller reference."""
-        self.ensure_namespace(namespace)
-        if self.get("serviceaccounts", namespace, service_account) is None:
-            self.create("serviceaccounts", {"metadata": {"name": service_account}}, namespace)
-        body = workloads.pod_body(name, service_account, labels, owner)
-        return self.create("pods", body, namespace)
-
-    def create_trainjob_pod(
-        self,
-        namespace: str,
-        trainjob: str,
-        name: str,
-        *,
-        service_account: str = "default",
-        replicated_job: str = "node",
-        index: int = 0,
-    ) -> Obj:
-        """A pod of TrainJob ``trainjob`` (which must exist) made as the Trainer, JobSet
-        and Job controllers make one: owned by ``create_trainjob_job``'s Job and labelled
-        with its JobSet's name."""
-        job = self.create_trainjob_job(namespace, trainjob, replicated_job, index)
-        labels = {contract.JOBSET_NAME_LABEL: trainjob}
-        return self.create_pod(
-            namespace, name, service_account=service_account, labels=labels, owner=job
-        )
-
-    def create_trainjob_job(
-        self, namespace: str, trainjob: str, replicated_job: str = "node", index: int = 0
-    ) -> Obj:
-        """The Job ``<trainjob>-<replicated_job>-<index>`` of TrainJob ``trainjob`` (which
-        must exist) as the Trainer and JobSet controllers make it: owned by the JobSet
-        ``trainjob``, itself owned by the TrainJob; both made if missing."""
-        return workloads.trainjob_job(self, namespace, trainjob, replicated_job, index)
 
     def set_pod_phase(self, namespace: str, name: str, phase: str) -> Obj:
         """What a kubelet would do: set ``status.phase`` (stored and watched)."""

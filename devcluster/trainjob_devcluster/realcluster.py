@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from trainjob_status import contract
-
 from . import objects, workloads
 from .controlplane import ControlPlane
 from .pki import CertificateAuthority
@@ -60,7 +58,7 @@ def _api_error(code: int, answer: Any) -> ApiError:
     return ApiError(code, "", str(answer))
 
 
-class RealCluster:
+class RealCluster(workloads.TrainJobWorkloads):
     """A :class:`.ControlPlane` with the development cluster's test handle."""
 
     def __init__(self, plane: ControlPlane) -> None:
@@ -168,55 +166,6 @@ class RealCluster:
         if self.get("serviceaccounts", name, "default") is None:
             self.create("serviceaccounts", {"metadata": {"name": "default"}}, name)
         return found
-
-    def create_trainjob(self, namespace: str, name: str, **spec: Any) -> Obj:
-        self.ensure_namespace(namespace)
-        body = {
-            "metadata": {"name": name},
-            "spec": {"runtimeRef": {"name": "torch-distributed"}, **spec},
-        }
-        return self.create(contract.RESOURCE, body, namespace, contract.GROUP)
-
-    def create_pod(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        service_account: str = "default",
-        labels: dict[str, str] | None = None,
-        owner: Obj | None = None,
-    ) -> Obj:
-        """A pod; ``owner`` (an object as stored) becomes its controller reference."""
-        self.ensure_namespace(namespace)
-        if self.get("serviceaccounts", namespace, service_account) is None:
-            self.create("serviceaccounts", {"metadata": {"name": service_account}}, namespace)
-        body = workloads.pod_body(name, service_account, labels, owner)
-        return self.create("pods", body, namespace)
-
-    def create_trainjob_pod(
-        self,
-        namespace: str,
-        trainjob: str,
-        name: str,
-        *,
-        service_account: str = "default",
-        replicated_job: str = "node",
-        index: int = 0,
-    ) -> Obj:
-        """A pod of TrainJob ``trainjob`` (which must exist) owned by
-        ``create_trainjob_job``'s Job and labelled with its JobSet's name, as the
-        controllers make one."""
-        job = self.create_trainjob_job(namespace, trainjob, replicated_job, index)
-        labels = {contract.JOBSET_NAME_LABEL: trainjob}
-        return self.create_pod(
-            namespace, name, service_account=service_account, labels=labels, owner=job
-        )
-
-    def create_trainjob_job(
-        self, namespace: str, trainjob: str, replicated_job: str = "node", index: int = 0
-    ) -> Obj:
-        """The Job of TrainJob ``trainjob`` and its JobSet, as the controllers make them."""
-        return workloads.trainjob_job(self, namespace, trainjob, replicated_job, index)
 
     def set_pod_phase(self, namespace: str, name: str, phase: str) -> Obj:
         """What a kubelet would do: set ``status.phase`` through the status subresource."""

@@ -94,3 +94,71 @@ def trainjob_job(
         }
         job = api.create("jobs", job_body, namespace, "batch")
     return job
+
+
+class TrainJobWorkloads:
+    """What tests make on an API server, for a handle that has ``get``, ``create`` and
+    ``ensure_namespace``: TrainJobs, pods, and the JobSet and Job between them."""
+
+    def get(self, plural: str, namespace: str, name: str, group: str = "") -> Obj | None:
+        raise NotImplementedError
+
+    def create(self, plural: str, obj: Obj, namespace: str = "", group: str = "") -> Obj:
+        raise NotImplementedError
+
+    def ensure_namespace(self, name: str) -> Obj:
+        raise NotImplementedError
+
+    def create_trainjob(self, namespace: str, name: str, **spec: Any) -> Obj:
+        """TrainJob ``name`` on the torch-distributed runtime, with ``spec`` added."""
+        self.ensure_namespace(namespace)
+        body = {
+            "apiVersion": f"{contract.GROUP}/{contract.VERSION}",
+            "kind": contract.KIND,
+            "metadata": {"name": name},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}, **spec},
+        }
+        return self.create(contract.RESOURCE, body, namespace, contract.GROUP)
+
+    def create_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        service_account: str = "default",
+        labels: dict[str, str] | None = None,
+        owner: Obj | None = None,
+    ) -> Obj:
+        """A pod (and its ServiceAccount where missing); ``owner`` (an object as stored)
+        becomes its controller reference."""
+        self.ensure_namespace(namespace)
+        if self.get("serviceaccounts", namespace, service_account) is None:
+            self.create("serviceaccounts", {"metadata": {"name": service_account}}, namespace)
+        return self.create("pods", pod_body(name, service_account, labels, owner), namespace)
+
+    def create_trainjob_pod(
+        self,
+        namespace: str,
+        trainjob: str,
+        name: str,
+        *,
+        service_account: str = "default",
+        replicated_job: str = "node",
+        index: int = 0,
+    ) -> Obj:
+        """A pod of TrainJob ``trainjob`` (which must exist) made as the Trainer, JobSet
+        and Job controllers make one: owned by ``create_trainjob_job``'s Job and labelled
+        with its JobSet's name."""
+        job = self.create_trainjob_job(namespace, trainjob, replicated_job, index)
+        labels = {contract.JOBSET_NAME_LABEL: trainjob}
+        return self.create_pod(
+            namespace, name, service_account=service_account, labels=labels, owner=job
+        )
+
+    def create_trainjob_job(
+        self, namespace: str, trainjob: str, replicated_job: str = "node", index: int = 0
+    ) -> Obj:
+        """The Job ``<trainjob>-<replicated_job>-<index>`` of TrainJob ``trainjob`` (which
+        must exist), owned by the JobSet ``trainjob``, itself owned by the TrainJob; both
+        made if missing."""
+        return trainjob_job(self, namespace, trainjob, replicated_job, index)
