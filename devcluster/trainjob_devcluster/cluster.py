@@ -183,17 +183,7 @@ class DevCluster(workloads.TrainJobWorkloads):
         sa = self.get("serviceaccounts", namespace, service_account)
         if sa is None:
             raise KeyError(f"serviceaccount {namespace}/{service_account} not found")
-        spec: dict[str, Any] = {"audiences": audiences, "expirationSeconds": expiration_seconds}
-        if pod is not None:
-            found = self.get("pods", namespace, pod)
-            if found is None:
-                raise KeyError(f"pod {namespace}/{pod} not found")
-            spec["boundObjectRef"] = {
-                "kind": "Pod",
-                "apiVersion": "v1",
-                "name": pod,
-                "uid": found["metadata"]["uid"],
-            }
+        spec = self.token_request_spec(namespace, audiences, pod, expiration_seconds)
         answer = self.tokens.request_token(namespace, sa, {"spec": spec}, self.app._lookup)
         token = answer["status"]["token"]
         assert isinstance(token, str)

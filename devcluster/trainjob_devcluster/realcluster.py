@@ -187,17 +187,7 @@ class RealCluster(workloads.TrainJobWorkloads):
         expiration_seconds: int = 3600,
     ) -> str:
         """A TokenRequest as kubelet makes it for a projected volume; returns the JWT."""
-        spec: dict[str, Any] = {"audiences": audiences, "expirationSeconds": expiration_seconds}
-        if pod is not None:
-            found = self.get("pods", namespace, pod)
-            if found is None:
-                raise KeyError(f"pod {namespace}/{pod} not found")
-            spec["boundObjectRef"] = {
-                "kind": "Pod",
-                "apiVersion": "v1",
-                "name": pod,
-                "uid": found["metadata"]["uid"],
-            }
+        spec = self.token_request_spec(namespace, audiences, pod, expiration_seconds)
         path = self.path("serviceaccounts", namespace, service_account) + "/token"
         answer = self.call(
             "POST",

@@ -162,3 +162,21 @@ class TrainJobWorkloads:
         must exist), owned by the JobSet ``trainjob``, itself owned by the TrainJob; both
         made if missing."""
         return trainjob_job(self, namespace, trainjob, replicated_job, index)
+
+    def token_request_spec(
+        self, namespace: str, audiences: list[str], pod: str | None, expiration_seconds: int
+    ) -> Obj:
+        """A TokenRequest's spec as kubelet writes it for a projected volume, bound to
+        ``pod`` (which must exist) when one is named."""
+        spec: Obj = {"audiences": audiences, "expirationSeconds": expiration_seconds}
+        if pod is not None:
+            found = self.get("pods", namespace, pod)
+            if found is None:
+                raise KeyError(f"pod {namespace}/{pod} not found")
+            spec["boundObjectRef"] = {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "name": pod,
+                "uid": found["metadata"]["uid"],
+            }
+        return spec
