@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import math
 import random
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -89,10 +91,14 @@ async def test_a_thousand_posts_make_a_handful_of_writes(
     devcluster.create_trainjob(NS, "tj")
     devcluster.faults.reset_counts()
     coalesced = counter("trainjob_status_updates_coalesced_total")
+    started = time.monotonic()
     await post_all(coalescing, "tj", list(range(1, 1001)))
     await coalescing.server.writer.wait_idle()
+    elapsed = time.monotonic() - started
     writes = devcluster.faults.count("patch", "trainjobs/status")
-    assert 1 <= writes <= 5, writes
+    # At most one write a second (--min-write-interval 1): a handful on an idle machine,
+    # one more for each second a loaded machine takes to send the thousand.
+    assert 1 <= writes <= math.floor(elapsed) + 1, (writes, elapsed)
     assert stored_status(devcluster) == {
         "progressPercentage": 1000 % 101,
         "lastUpdatedTime": at(1000),
