@@ -65,8 +65,11 @@ async def member(host: str, port: int, tls: ssl.SSLContext, kind: str, source: s
                 for byte in HEAD:
                     writer.write(bytes([byte]))
                     with contextlib.suppress(TimeoutError):
-                        if not await asyncio.wait_for(reader.read(1), 0.5):
-                            break
+                        # asyncio.timeout, not wait_for: on 3.11 wait_for can drop a read
+                        # that completes as it times out (the close, here).
+                        async with asyncio.timeout(0.5):
+                            if not await reader.read(1):
+                                break
             else:
                 await reader.read()  # until the server closes it
         except (OSError, ssl.SSLError):

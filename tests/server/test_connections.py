@@ -26,6 +26,7 @@ from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 
 from .conftest import GROUP, NS, ServingCerts, status_path, with_changes
+from .test_metrics_secure import grant_metrics_reader, token_for
 
 HEAD_LIMIT = 4096
 FLOODER = "127.0.0.2"  # loopback answers the whole of 127/8: a second source address
@@ -425,18 +426,28 @@ async def test_a_client_that_never_reads_is_closed_after_the_write_timeout(
 
 
 async def test_a_tls_client_that_never_reads_is_closed_after_the_write_timeout(
-    config: Config, certs: ServingCerts
+    config: Config, certs: ServingCerts, devcluster: DevCluster
 ) -> None:
-    async with StatusServer(with_changes(config, write_timeout=0.2), AcceptAll()) as server:
+    """On the secure metrics port: every TLS listener is the same ``CappedSite``, and its
+    answers are large, so a few pipelined scrapes fill the kernel's buffers. (A stream of
+    small answers, such as the serving port's ``/healthz``, needs tens of thousands of
+    requests for that, which on a loaded machine overflow the server's receive buffer on
+    loopback and leave the client in TCP's retransmission backoff for longer than the
+    test waits.)"""
+    secure = with_changes(config, metrics_secure=True, write_timeout=0.2)
+    async with StatusServer(secure, AcceptAll()) as server:
+        token = token_for(devcluster, "prometheus")
+        grant_metrics_reader(devcluster, "prometheus")
         before = counted(
-            "trainjob_status_connections_closed_total", listener="serving", reason="write_timeout"
+            "trainjob_status_connections_closed_total", listener="metrics", reason="write_timeout"
         )
-        sock = socket.create_connection(address(server.url))
+        sock = socket.create_connection(address(server.metrics_url))
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         _, writer = await asyncio.open_connection(
             sock=sock, ssl=certs.client_context(), server_hostname="localhost"
         )
-        requests = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 50
+        scrape = f"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
+        requests = scrape.encode() * 8
 
         async def send_until_closed() -> None:
             while True:
@@ -447,7 +458,7 @@ async def test_a_tls_client_that_never_reads_is_closed_after_the_write_timeout(
             await asyncio.wait_for(send_until_closed(), 60)
         writer.close()
         after = counted(
-            "trainjob_status_connections_closed_total", listener="serving", reason="write_timeout"
+            "trainjob_status_connections_closed_total", listener="metrics", reason="write_timeout"
         )
     assert after - before == 1
 
