@@ -55,6 +55,7 @@ COMPONENT_VALUES: dict[str, dict[str, Any]] = {
     "override-existing": {"overrideExisting": True},
     "secure-metrics": {"metrics": {"secure": True}},
     "metrics-token-secret": {"metrics": {"scrapeToken": "secret"}},
+    "api-priority": {"apiPriority": {"enabled": True}},
 }
 
 
@@ -133,12 +134,13 @@ def key(doc: Doc) -> str:
 
 def variants() -> list[tuple[str, tuple[str, ...]]]:
     """Every overlay with every combination of the components, the migration's component,
-    secure metrics where the overlay has them not already (kustomize refuses them twice),
+    API priority, secure metrics where the overlay has them not already (kustomize
+    refuses them twice),
     and the token Secret for scrapes (which needs secure metrics), with and without the
     ServiceMonitor and listed before and after the components it changes."""
     found = []
     for overlay in sorted(RELEASE_NAMESPACES):
-        extra = [("override-existing",)]
+        extra = [("override-existing",), ("api-priority",)]
         if overlay == "kubeflow":
             extra += [
                 ("metrics-token-secret",),

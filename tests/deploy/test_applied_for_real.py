@@ -52,6 +52,8 @@ KINDS = (
     "clusterroles.rbac.authorization.k8s.io",
     "clusterrolebindings.rbac.authorization.k8s.io",
     "mutatingwebhookconfigurations.admissionregistration.k8s.io",
+    "flowschemas.flowcontrol.apiserver.k8s.io",
+    "prioritylevelconfigurations.flowcontrol.apiserver.k8s.io",
     "certificates.cert-manager.io",
     "issuers.cert-manager.io",
     "servicemonitors.monitoring.coreos.com",

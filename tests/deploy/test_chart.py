@@ -35,7 +35,7 @@ CI_OVERLAYS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
     "quick-start-values.yaml": ("quick-start", (), None),
     "quick-start-all-values.yaml": (
         "quick-start",
-        ("cert-manager", "token-review", "prometheus", "override-existing"),
+        ("cert-manager", "token-review", "prometheus", "override-existing", "api-priority"),
         "registry.example.com/ml/trainjob-status:0.2.0-rc1",
     ),
     "kubeflow-values.yaml": ("kubeflow", (), None),
@@ -184,8 +184,12 @@ SCHEMA_ERROR = (
             "  - at '/namespace/name': 'Bad_NS' does not match pattern"
             " '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'\n",
         ),
+        (
+            ["apiPriority.nominalConcurrencyShares=0"],
+            "- at '/apiPriority/nominalConcurrencyShares': minimum: got 0, want 1\n",
+        ),
     ],
-    ids=["source", "unknown-key", "types", "scrape-token", "namespace"],
+    ids=["source", "unknown-key", "types", "scrape-token", "namespace", "api-priority-shares"],
 )
 def test_the_schema_refuses_bad_values(given: list[str], refusal: str) -> None:
     sets = [arg for value in given for arg in ("--set", value)]
