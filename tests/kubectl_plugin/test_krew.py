@@ -1,13 +1,15 @@
 """The krew manifest of ``kubectl trainjob`` and its archive: what krew's own validation
 asks of a manifest, the archive ``make krew-archive`` builds (the same bytes each time,
 the manifest's sha256, the bin the manifest names), the manifest filled in at release, and
-the launcher in it running the installed plugin, or saying how to install it."""
+the launcher in it running the installed plugin (by itself and as kubectl finds it), or
+saying how to install it."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -195,3 +197,23 @@ def test_the_launcher_says_so_where_there_is_no_such_python(launcher: Path, tmp_
     missing = str(tmp_path / "python3")
     done = run_launcher(launcher, missing, "--version")
     assert (done.returncode, done.stdout, done.stderr) == (1, "", install_hint(missing))
+
+
+@pytest.mark.kubectl
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_finds_the_launcher_as_krew_links_it(launcher: Path, tmp_path: Path) -> None:
+    # krew puts a link named for `bin` in its bin folder, on PATH; kubectl finds it there.
+    bin_dir = tmp_path / "krew-bin"
+    bin_dir.mkdir()
+    (bin_dir / "kubectl-trainjob").symlink_to(launcher)
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "HOME": str(tmp_path),
+        "KUBECONFIG": str(tmp_path / "none"),
+        "KUBECTL_TRAINJOB_PYTHON": sys.executable,
+    }
+    done = subprocess.run(
+        ["kubectl", "trainjob", "--version"],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"kubectl-trainjob {VERSION}\n", "")
