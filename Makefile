@@ -6,7 +6,7 @@ PYPY ?= pypy3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The demo needs the three packages only, not the test and lint tools.
+# The demo needs the four packages only, not the test and lint tools.
 SERVER_STAMP := $(VENV)/.installed-server
 # The client on its floor, Python 3.9: its tests under PyPy, its types under mypy 1.x.
 VENV_PY39 := .venv-py39
@@ -23,10 +23,10 @@ HELM := $(TRAINJOB_STATUS_CACHE)/helm/$(HELM_VERSION)/helm
 .PHONY: demo test lint typecheck unit client-py39 client-py39-run kube-assets trainer-assets real-tier-assets \
 	devcluster bench clean deploy-assets helm-bin crds
 
-$(SERVER_STAMP): client/pyproject.toml server/pyproject.toml devcluster/pyproject.toml
+$(SERVER_STAMP): client/pyproject.toml server/pyproject.toml plugin/pyproject.toml devcluster/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ./client -e ./server -e ./devcluster
+	$(BIN)/pip install --quiet -e ./client -e ./server -e ./plugin -e ./devcluster
 	touch $(SERVER_STAMP)
 
 # pip >= 25.1 reads the workspace's [dependency-groups] (the upgrade above brings it).
@@ -211,9 +211,10 @@ clean:
 # and PyPy 3.9; `make versions` prints them. The legs below run the rest (.ci/run times
 # each):
 #   test-lowest         the floor of every direct dependency (uv's lowest-direct), on
-#                       Python 3.11: the server's, client's and devcluster's tests, and
+#                       Python 3.11: the server's, client's, plugin's and devcluster's tests, and
 #                       the client's on CPython 3.9.
-#   test-newest-python  the newest allowed versions on the newest CPython: the server's.
+#   test-newest-python  the newest allowed versions on the newest CPython: the server's
+#                       and the plugin's.
 # The CPythons come from pyenv where it has them (as on CI machines), else from PATH.
 PYTHON39 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.9*/bin/python3.9) python3.9)
 PYTHON_NEWEST ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) python3.13)
@@ -225,7 +226,7 @@ LOWEST := $(BIN)/uv pip install --quiet --resolution lowest-direct
 # they cannot runs once, in `make test`: tests/e2e (a Prometheus binary), tests/bench
 # (speed), tests/demo, and the rest of tests/deploy (the image, the rehearsal).
 LOWEST_TESTS := tests/server tests/client tests/devcluster tests/client_with_server \
-  tests/deploy/test_manifests.py
+  tests/kubectl_plugin tests/deploy/test_manifests.py
 
 .PHONY: versions test-lowest test-newest-python lock image
 
@@ -236,11 +237,12 @@ versions: $(STAMP)
 test-lowest: $(STAMP) real-tier-assets
 	rm -rf $(VENV_LOWEST) $(VENV_LOWEST_PY39)
 	$(PYTHON) -m venv $(VENV_LOWEST)
-	$(LOWEST) --python $(VENV_LOWEST)/bin/python -e ./client -e ./server -e ./devcluster \
-	  --group test
+	$(LOWEST) --python $(VENV_LOWEST)/bin/python -e ./client -e ./server -e ./plugin \
+	  -e ./devcluster --group test
 	@echo "resolved versions in $(VENV_LOWEST) ($$($(VENV_LOWEST)/bin/python --version)):"
 	@$(VENV_LOWEST)/bin/pip freeze --exclude-editable
-	$(VENV_LOWEST)/bin/python .ci/floors.py test server/pyproject.toml devcluster/pyproject.toml
+	$(VENV_LOWEST)/bin/python .ci/floors.py test server/pyproject.toml plugin/pyproject.toml \
+	  devcluster/pyproject.toml
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" TRAINER_ASSETS="$(TRAINER_ASSETS)" \
 	  $(VENV_LOWEST)/bin/pytest -q -p no:cacheprovider $(LOWEST_TESTS)
 	$(PYTHON39) -m venv $(VENV_LOWEST_PY39)
@@ -257,11 +259,12 @@ test-newest-python: real-tier-assets
 	rm -rf $(VENV_NEWEST_PY)
 	$(PYTHON_NEWEST) -m venv $(VENV_NEWEST_PY)
 	$(VENV_NEWEST_PY)/bin/pip install --quiet --upgrade pip
-	$(VENV_NEWEST_PY)/bin/pip install --quiet -e ./client -e ./server -e ./devcluster --group test
+	$(VENV_NEWEST_PY)/bin/pip install --quiet -e ./client -e ./server -e ./plugin -e ./devcluster \
+	  --group test
 	@echo "resolved versions in $(VENV_NEWEST_PY) ($$($(VENV_NEWEST_PY)/bin/python --version)):"
 	@$(VENV_NEWEST_PY)/bin/pip freeze --exclude-editable
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" TRAINER_ASSETS="$(TRAINER_ASSETS)" \
-	  $(VENV_NEWEST_PY)/bin/pytest -q -p no:cacheprovider tests/server
+	  $(VENV_NEWEST_PY)/bin/pytest -q -p no:cacheprovider tests/server tests/kubectl_plugin
 
 # The image's lock: the newest versions the server's ranges allow, for the image's
 # Python (3.11, the Dockerfile's PYTHON_IMAGE) on any platform, each with its hashes.
@@ -282,3 +285,21 @@ image:
 	DOCKER_BUILDKIT=1 docker build --build-arg VERSION=$(IMAGE_VERSION) \
 	  --build-arg REVISION=$(IMAGE_REVISION) --build-arg SOURCE=$(or $(IMAGE_SOURCE),unknown) \
 	  --tag $(SERVER_IMAGE) .
+
+# -- kubectl trainjob through krew ----------------------------------------------------
+# plugin/krew/trainjob.yaml installs a launcher from an archive on the release's page;
+# the launcher runs the kubectl-trainjob package, which pip installs. The archive is
+# built the same, byte for byte, on any machine (plugin/krew/archive.py), and its sha256
+# is the manifest's (tests/kubectl_plugin/test_krew.py). At release, `make krew-manifest
+# REPOSITORY=owner/name` writes the manifest with that repository's release page filled
+# in; both files go on the release.
+KREW_OUT := dist/krew
+
+.PHONY: krew-archive krew-manifest
+
+krew-archive:
+	$(PYTHON) plugin/krew/archive.py archive $(KREW_OUT)
+
+krew-manifest:
+	@test -n "$(REPOSITORY)" || { echo "krew-manifest: set REPOSITORY=owner/name" >&2; exit 1; }
+	$(PYTHON) plugin/krew/archive.py manifest $(REPOSITORY) $(KREW_OUT)

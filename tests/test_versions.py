@@ -1,4 +1,4 @@
-"""One version for the three distributions: their pyprojects, the ``==`` pins between
+"""One version for the four distributions: their pyprojects, the ``==`` pins between
 them, each package's ``__version__`` and each command's ``--version``."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import kubectl_trainjob
 import trainjob_devcluster
 import trainjob_status
 import trainjob_status_server
@@ -28,17 +29,23 @@ def project(folder: str) -> dict[str, Any]:
     return table
 
 
-def test_the_three_pyprojects_hold_one_version() -> None:
-    versions = {folder: project(folder)["version"] for folder in ("client", "server", "devcluster")}
-    assert versions == {"client": VERSION, "server": VERSION, "devcluster": VERSION}
+def test_the_four_pyprojects_hold_one_version() -> None:
+    folders = ("client", "server", "plugin", "devcluster")
+    versions = {folder: project(folder)["version"] for folder in folders}
+    assert versions == dict.fromkeys(folders, VERSION)
 
 
 def test_each_distribution_pins_the_one_below_it_to_that_version() -> None:
-    server_deps = project("server")["dependencies"]
-    devcluster_deps = project("devcluster")["dependencies"]
-    assert [d for d in server_deps if d.startswith("trainjob-")] == [f"trainjob-status=={VERSION}"]
-    assert [d for d in devcluster_deps if d.startswith("trainjob-")] == [
-        f"trainjob-status-server=={VERSION}"
+    def ours(folder: str) -> list[str]:
+        deps: list[str] = project(folder)["dependencies"]
+        return [d for d in deps if d.startswith(("trainjob-", "kubectl-trainjob"))]
+
+    assert ours("client") == []
+    assert ours("server") == [f"trainjob-status=={VERSION}"]
+    assert ours("plugin") == [f"trainjob-status-server=={VERSION}"]
+    assert ours("devcluster") == [
+        f"trainjob-status-server=={VERSION}",
+        f"kubectl-trainjob=={VERSION}",
     ]
 
 
@@ -54,6 +61,7 @@ def test_the_changelog_starts_at_that_version() -> None:
 def test_each_package_says_its_version() -> None:
     assert trainjob_status.__version__ == VERSION
     assert trainjob_status_server.__version__ == VERSION
+    assert kubectl_trainjob.__version__ == VERSION
     assert trainjob_devcluster.__version__ == VERSION
 
 

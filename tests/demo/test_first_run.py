@@ -1,4 +1,4 @@
-"""``make demo`` on a fresh machine: it installs the three packages only (no test tool), runs
+"""``make demo`` on a fresh machine: it installs the four packages only (no test tool), runs
 without any test tool importable, and prints the pod's three variables as ``export``
 lines and a kubectl command, each on one line however narrow the terminal, saying how
 long they work."""
@@ -48,7 +48,7 @@ main(sys.argv[2:])
 """
 
 
-def test_make_demo_installs_the_three_packages_only(tmp_path: Path) -> None:
+def test_make_demo_installs_the_four_packages_only(tmp_path: Path) -> None:
     make = shutil.which("make")
     if make is None:
         pytest.skip("make is not installed")
@@ -61,9 +61,9 @@ def test_make_demo_installs_the_three_packages_only(tmp_path: Path) -> None:
         timeout=30,
     )
     installs = [line for line in done.stdout.splitlines() if "pip install" in line]
-    assert installs[-1].endswith("pip install --quiet -e ./client -e ./server -e ./devcluster"), (
-        installs
-    )
+    assert installs[-1].endswith(
+        "pip install --quiet -e ./client -e ./server -e ./plugin -e ./devcluster"
+    ), installs
     assert "--group" not in done.stdout
 
 

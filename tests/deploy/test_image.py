@@ -261,6 +261,7 @@ def test_the_build_context_is_the_package_only() -> None:
         ("server/tls.key", False),
         ("client/admin.kubeconfig", False),
         ("devcluster/pyproject.toml", False),
+        ("plugin/kubectl_trainjob/command.py", False),
         ("tests/conftest.py", False),
         (".venv/bin/python", False),
         ("Dockerfile", False),

@@ -1,13 +1,16 @@
-"""The three distributions as ``pip wheel`` builds them from a clean copy of the tree: each
+"""The four distributions as ``pip wheel`` builds them from a clean copy of the tree: each
 wheel holds its own package and nothing else, with the data files it reads at run time,
-its own commands, and requirements that point one way (devcluster -> server -> client,
-each pinned to the same version)."""
+its own commands, and requirements that point one way (devcluster -> plugin -> server ->
+client, each pinned to the same version). The plugin's wheel, installed as a user
+installs it, runs."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+import venv
+from pathlib import Path
 
 import pytest
 
@@ -17,25 +20,40 @@ from .wheels import DEVELOPMENT_ONLY, Wheel, read_wheel
 VERSION = "0.2.0"
 
 
+# What the plugin needs and the server's image must not carry.
+PLUGIN_ONLY = {"rich", "pyyaml"}
+
+
 @pytest.fixture(scope="module")
-def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Wheel]:
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The wheel files, by package name."""
     work = tmp_path_factory.mktemp("wheels")
     ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.pyc")
-    for folder in ("client", "server", "devcluster"):
+    for folder in ("client", "server", "plugin", "devcluster"):
         shutil.copytree(ROOT / folder, work / "src" / folder, ignore=ignore)
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(work / "out"),
-         "./client", "./server", "./devcluster"],
+         "./client", "./server", "./plugin", "./devcluster"],
         cwd=work / "src", capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    built = {}
+    paths = {}
     for path in (work / "out").glob("*.whl"):
         name, version = path.name.split("-")[:2]
         assert version == VERSION, path.name
-        built[name] = read_wheel(path)
-    assert set(built) == {"trainjob_status", "trainjob_status_server", "trainjob_devcluster"}
-    return built
+        paths[name] = path
+    assert set(paths) == {
+        "trainjob_status",
+        "trainjob_status_server",
+        "kubectl_trainjob",
+        "trainjob_devcluster",
+    }
+    return paths
+
+
+@pytest.fixture(scope="module")
+def wheels(built: dict[str, Path]) -> dict[str, Wheel]:
+    return {name: read_wheel(path) for name, path in built.items()}
 
 
 def test_the_client_wheel_is_the_client_alone(wheels: dict[str, Wheel]) -> None:
@@ -57,10 +75,58 @@ def test_the_server_wheel_needs_the_client_and_nothing_of_the_devcluster(
     assert f"trainjob-status=={VERSION}" in server.requires
     assert server.required.isdisjoint(DEVELOPMENT_ONLY)
     assert server.requires_python == ">=3.11"
-    assert server.scripts == {
-        "trainjob-status-server": "trainjob_status_server.cli:main",
-        "kubectl-trainjob": "trainjob_status_server.kubectl_trainjob:main",
+    assert server.scripts == {"trainjob-status-server": "trainjob_status_server.cli:main"}
+
+
+def test_the_server_wheel_carries_nothing_of_the_plugin(wheels: dict[str, Wheel]) -> None:
+    server = wheels["trainjob_status_server"]
+    assert not [n for n in server.names if "kubectl" in n]
+    assert server.required.isdisjoint(PLUGIN_ONLY)
+    assert server.required == {
+        "trainjob-status",
+        "aiohttp",
+        "pyjwt",
+        "kubernetes-asyncio",
+        "prometheus-client",
+        "cryptography",
     }
+
+
+def test_the_plugin_wheel_is_the_plugin_and_pins_the_server(wheels: dict[str, Wheel]) -> None:
+    plugin = wheels["kubectl_trainjob"]
+    assert plugin.top_level == {"kubectl_trainjob"}
+    assert "kubectl_trainjob/py.typed" in plugin.names
+    assert plugin.required == {"trainjob-status-server"} | PLUGIN_ONLY
+    assert f"trainjob-status-server=={VERSION}" in plugin.requires
+    assert plugin.required.isdisjoint(DEVELOPMENT_ONLY)
+    assert plugin.requires_python == ">=3.11"
+    assert plugin.scripts == {"kubectl-trainjob": "kubectl_trainjob:main"}
+
+
+def test_the_plugin_wheel_installs_and_runs(built: dict[str, Path], tmp_path: Path) -> None:
+    # A fresh virtualenv, as a user's laptop: our three wheels, their dependencies from
+    # the package index (pip's cache where it has them); nothing of the development cluster.
+    venv.create(tmp_path / "venv", with_pip=True)
+    python = tmp_path / "venv" / "bin" / "python"
+    ours = [str(built[name]) for name in ("trainjob_status", "trainjob_status_server")]
+    done = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         *ours, str(built["kubectl_trainjob"])],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    script = tmp_path / "venv" / "bin" / "kubectl-trainjob"
+    done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout.startswith("usage: kubectl trainjob [-h] [--version]")
+    assert "Kubeflow Trainer TrainJobs at a glance (a kubectl plugin)." in done.stdout
+    frozen = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format=freeze", "--disable-pip-version-check"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    installed = {line.split("==")[0].lower().replace("_", "-") for line in frozen.splitlines()}
+    assert {"kubectl-trainjob", "trainjob-status-server", "rich", "pyyaml"} <= installed
+    assert installed.isdisjoint(DEVELOPMENT_ONLY)
 
 
 def test_the_devcluster_wheel_carries_its_crds_and_pins_the_server(
@@ -74,4 +140,5 @@ def test_the_devcluster_wheel_carries_its_crds_and_pins_the_server(
         "trainjob_devcluster/py.typed",
     } <= set(devcluster.names)
     assert f"trainjob-status-server=={VERSION}" in devcluster.requires
+    assert f"kubectl-trainjob=={VERSION}" in devcluster.requires
     assert devcluster.scripts == {"trainjob-devcluster": "trainjob_devcluster.cli:main"}

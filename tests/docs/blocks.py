@@ -29,11 +29,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# README.md, the three distributions' READMEs, docs/*.md and manifests/**/README.md.
+# README.md, the four distributions' READMEs, docs/*.md and manifests/**/README.md.
 DOCUMENT_GLOBS = (
     "README.md",
     "client/README.md",
     "server/README.md",
+    "plugin/README.md",
     "devcluster/README.md",
     "docs/*.md",
     "manifests/**/README.md",

@@ -24,17 +24,10 @@ import pytest_asyncio
 import yaml
 from rich.console import Console
 
-from trainjob_devcluster import DevCluster
-from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
-from trainjob_devcluster.realcluster import RealCluster
-from trainjob_status.contract import GROUP
-from trainjob_status_server.gofmt import human_duration
-from trainjob_status_server.kube import KubeClient
-from trainjob_status_server.kube.errors import KubeError, KubeUnavailable
-from trainjob_status_server.kubectl_trainjob.command import kubeconfig_file
-from trainjob_status_server.kubectl_trainjob.follow import Health, failed, reason_of, recovered
-from trainjob_status_server.kubectl_trainjob.output import yaml_text
-from trainjob_status_server.kubectl_trainjob.rows import (
+from kubectl_trainjob.command import kubeconfig_file
+from kubectl_trainjob.follow import Health, failed, reason_of, recovered
+from kubectl_trainjob.output import yaml_text
+from kubectl_trainjob.rows import (
     Row,
     chosen_metrics,
     document,
@@ -47,7 +40,14 @@ from trainjob_status_server.kubectl_trainjob.rows import (
     table,
     updated_text,
 )
-from trainjob_status_server.kubectl_trainjob.terminal import printable
+from kubectl_trainjob.terminal import printable
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.realcluster import RealCluster
+from trainjob_status.contract import GROUP
+from trainjob_status_server.gofmt import human_duration
+from trainjob_status_server.kube import KubeClient
+from trainjob_status_server.kube.errors import KubeError, KubeUnavailable
 
 NOW = dt.datetime(2026, 12, 2, 18, 33, 25, tzinfo=dt.UTC).timestamp()
 
@@ -397,9 +397,7 @@ class Kubectl:
         bin_dir = home / "bin"
         bin_dir.mkdir()
         self.plugin = bin_dir / "kubectl-trainjob"
-        self.plugin.write_text(
-            f'#!/bin/sh\nexec "{sys.executable}" -m trainjob_status_server.kubectl_trainjob "$@"\n'
-        )
+        self.plugin.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m kubectl_trainjob "$@"\n')
         self.plugin.chmod(0o755)
         self.env = {
             # `kubectl plugin list` warns about every PATH entry it cannot read (a Go

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from ..kube.backoff import Backoff, ended_too_soon, watch_timeout
-from ..kube.client import BOOKMARK, KubeClient, ObjectList
-from ..kube.errors import KubeError, KubeUnavailable
-from ..kube.resources import TRAINJOBS, Obj, resource_version_of
-from ..kube.store import CacheEvent, ObjectStore
+from trainjob_status_server.kube.backoff import Backoff, ended_too_soon, watch_timeout
+from trainjob_status_server.kube.client import BOOKMARK, KubeClient, ObjectList
+from trainjob_status_server.kube.errors import KubeError, KubeUnavailable
+from trainjob_status_server.kube.resources import TRAINJOBS, Obj, resource_version_of
+from trainjob_status_server.kube.store import CacheEvent, ObjectStore
 
 # One person's terminal, not a fleet of replicas: retry soon, and never wait long to
 # notice that the API server is back.

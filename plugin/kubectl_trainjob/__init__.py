@@ -15,14 +15,16 @@ place on a terminal, once more per change when piped); when the API server stops
 answering, the reason goes to stderr once, the rows are marked stale, and a fresh list
 clears the mark as soon as it answers again. ``-o json|yaml`` prints the same figures
 for scripts (with ``-w``, one document per change). The figures are formatted by pure
-functions; the I/O is the shared KubeClient and the follower.
+functions; the I/O is the follower and the server's KubeClient (``trainjob_status_server.kube``,
+the one Kubernetes client of the project), which this package drives.
 
 Modules: ``rows`` (the figures of one TrainJob, their formatting and order, pure),
 ``terminal`` (cluster strings made safe to print, pure), ``output`` (table, JSON, YAML;
 redraws; messages), ``follow`` (list, watch, relist, and whether the rows are current),
-``command`` (flags, kubeconfig).
+``command`` (flags, kubeconfig), ``version``.
 """
 
 from .command import build_parser, main
+from .version import __version__
 
-__all__ = ["build_parser", "main"]
+__all__ = ["__version__", "build_parser", "main"]

@@ -10,9 +10,10 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from ..gofmt import human_duration
-from ..kube.resources import Obj, key_of
-from ..metrics.series import parse_number, parse_time
+from trainjob_status_server.gofmt import human_duration
+from trainjob_status_server.kube.resources import Obj, key_of
+from trainjob_status_server.metrics.series import parse_number, parse_time
+
 from .terminal import printable
 
 BAR_WIDTH = 20

@@ -16,15 +16,16 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from rich.live import Live
 
-from .. import __version__
-from ..kube.client import KubeClient, ObjectList
-from ..kube.errors import KubeConfigError, KubeError, KubeUnavailable
-from ..kube.resources import TRAINJOBS, key_of
-from ..kube.store import CacheEvent
+from trainjob_status_server.kube.client import KubeClient, ObjectList
+from trainjob_status_server.kube.errors import KubeConfigError, KubeError, KubeUnavailable
+from trainjob_status_server.kube.resources import TRAINJOBS, key_of
+from trainjob_status_server.kube.store import CacheEvent
+
 from .follow import Follower, one_line, reason_of
 from .output import View, selected
 from .rows import SORT_KEYS, Row, row_of, sort_key
 from .terminal import printable
+from .version import __version__
 
 REFRESH_SECONDS = 1.0  # a terminal table redraws this often so the ages move on
 USER_AGENT = "kubectl-trainjob"

@@ -10,11 +10,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from kubectl_trainjob.follow import reason_of
 from trainjob_devcluster import DevCluster
 from trainjob_status_server.kube.errors import KubeUnavailable
-from trainjob_status_server.kubectl_trainjob.follow import reason_of
 
-from .test_exporter_kubectl_plugin import Kubectl, interrupted, jobs, kube, read_line, read_table
+from .test_progress import Kubectl, interrupted, jobs, kube, read_line, read_table
 
 __all__ = ["jobs", "kube"]  # fixtures the tests below take
 

@@ -1,7 +1,0 @@
-"""``python -m trainjob_status_server.kubectl_trainjob``: what ``kubectl-trainjob`` runs."""
-
-import sys
-
-from .command import main
-
-sys.exit(main())
