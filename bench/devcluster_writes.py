@@ -33,11 +33,11 @@ import time
 from multidict import MultiDict, MultiDictProxy
 
 from _harness import parse_args
-from trainjob_devcluster.resources import default_resources
-from trainjob_devcluster.rest import Call, ResourceApi
-from trainjob_devcluster.routing import Registry, route
-from trainjob_devcluster.standalone import GC_THRESHOLDS
-from trainjob_devcluster.store import Store, dumps_object
+from trainjob_devcluster.common.resources import default_resources
+from trainjob_devcluster.harness.standalone import GC_THRESHOLDS
+from trainjob_devcluster.http.rest import Call, ResourceApi
+from trainjob_devcluster.http.routing import Registry, route
+from trainjob_devcluster.storage.store import Store, dumps_object
 
 TJ = "/apis/trainer.kubeflow.org/v1alpha1"
 NS = "bench"

@@ -74,4 +74,4 @@ def test_the_devcluster_wheel_carries_its_crds_and_pins_the_server(
         "trainjob_devcluster/py.typed",
     } <= set(devcluster.names)
     assert f"trainjob-status-server=={VERSION}" in devcluster.requires
-    assert devcluster.scripts == {"trainjob-devcluster": "trainjob_devcluster.cli:main"}
+    assert devcluster.scripts == {"trainjob-devcluster": "trainjob_devcluster.harness.cli:main"}

@@ -1,13 +1,13 @@
 import pytest
 
-from trainjob_devcluster.selectors import (
+from trainjob_devcluster.common.status import ApiError
+from trainjob_devcluster.storage.selectors import (
     labels_match,
     parse_field_selector,
     parse_label_selector,
     pinned_value,
     sole_value,
 )
-from trainjob_devcluster.status import ApiError
 
 
 def obj(labels: dict[str, str], name: str = "a") -> dict[str, object]:
