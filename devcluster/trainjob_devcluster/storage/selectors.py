@@ -1,11 +1,16 @@
-"""Label and field selectors as the API server parses them (pure)."""
+"""Label and field selectors as the API server parses them (pure).
+
+The label selector parser is the cluster's own, not the status server's (whose pod
+injector parses ``--inject-selector``): the cluster answers the server's lists, so a
+mistake in one parser shows as a difference instead of agreeing with itself.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
-
-from trainjob_status_server.pods.injection import Requirement, Selector
 
 from ..common.status import ApiError
 
@@ -18,6 +23,111 @@ __all__ = [
     "pinned_value",
     "sole_value",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One term of a label selector: ``key`` ``in`` or ``notin`` a set of values, or
+    ``exists`` or ``!exists`` (``k=v`` is ``in {v}``, ``k!=v`` is ``notin {v}``)."""
+
+    key: str
+    operator: str
+    values: frozenset[str] = frozenset()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        if self.operator == "exists":
+            return present
+        if self.operator == "!exists":
+            return not present
+        inside = present and labels[self.key] in self.values
+        # notin (and !=) select an object without the label too, as a real server does.
+        return inside if self.operator == "in" else not inside
+
+
+# apimachinery's selector lexer: operators and parentheses, commas, and identifiers (runs
+# of anything else but whitespace); "in" and "notin" are identifiers read by position.
+_TOKENS = re.compile(r"\s*(==|!=|=|!|\(|\)|,|[^\s!=(),]+)\s*")
+_SYMBOLS = frozenset({"==", "!=", "=", "!", "(", ")", ","})
+
+
+class _BadSelector(Exception):
+    pass
+
+
+def _tokens(text: str) -> list[str]:
+    found: list[str] = []
+    at = 0
+    while at < len(text):
+        token = _TOKENS.match(text, at)
+        if token is None:
+            raise _BadSelector
+        found.append(token.group(1))
+        at = token.end()
+    return found
+
+
+def _identifier(tokens: Sequence[str], at: int) -> str:
+    if at >= len(tokens) or tokens[at] in _SYMBOLS:
+        raise _BadSelector
+    return tokens[at]
+
+
+def _value_set(tokens: Sequence[str], at: int) -> tuple[frozenset[str], int]:
+    """``(a, b)`` from the opening parenthesis at ``at``; the index after the closing one.
+    A slot left empty between commas is the empty value, as apimachinery reads ``(a,)``."""
+    if at + 1 >= len(tokens) or tokens[at] != "(" or tokens[at + 1] == ")":
+        raise _BadSelector
+    values: set[str] = set()
+    at += 1
+    while at < len(tokens):
+        if tokens[at] in _SYMBOLS:
+            values.add("")
+        else:
+            values.add(tokens[at])
+            at += 1
+        if at < len(tokens) and tokens[at] == ")":
+            return frozenset(values), at + 1
+        if at >= len(tokens) or tokens[at] != ",":
+            raise _BadSelector
+        at += 1
+    raise _BadSelector
+
+
+def _requirement(tokens: Sequence[str], at: int) -> tuple[Requirement, int]:
+    """The requirement starting at ``at``, and the index of the token after it."""
+    if tokens[at] == "!":
+        return Requirement(_identifier(tokens, at + 1), "!exists"), at + 2
+    key = _identifier(tokens, at)
+    operator = tokens[at + 1] if at + 1 < len(tokens) else ","
+    if operator == ",":
+        return Requirement(key, "exists"), at + 1
+    if operator in ("in", "notin"):
+        values, end = _value_set(tokens, at + 2)
+        return Requirement(key, operator, values), end
+    if operator in ("=", "==", "!="):
+        # An empty value is allowed: ``a=`` selects objects whose label a is "".
+        value, end = "", at + 2
+        if end < len(tokens) and tokens[end] not in _SYMBOLS:
+            value, end = tokens[end], end + 1
+        return Requirement(key, "notin" if operator == "!=" else "in", frozenset({value})), end
+    raise _BadSelector
+
+
+def _label_requirements(text: str) -> list[Requirement]:
+    tokens = _tokens(text)
+    found: list[Requirement] = []
+    at = 0
+    while True:
+        if at >= len(tokens):
+            raise _BadSelector  # a selector ending in a comma
+        requirement, at = _requirement(tokens, at)
+        found.append(requirement)
+        if at == len(tokens):
+            return found
+        if tokens[at] != ",":
+            raise _BadSelector
+        at += 1
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -46,13 +156,13 @@ def _bad_selector(kind: str, text: str) -> ApiError:
 
 
 def parse_label_selector(text: str | None) -> list[Requirement]:
-    """Parse ``a=b,c!=d,e in (f,g),!h,i``; an empty selector matches everything. The
-    server's parser (the pod injector's ``--inject-selector``), with the API server's 400."""
-    if not text:
+    """Parse ``a=b,c!=d,e in (f,g),!h,i``; an empty selector matches everything;
+    one that does not parse is the API server's 400."""
+    if not text or text.isspace():
         return []
     try:
-        return list(Selector.parse(text).requirements)
-    except ValueError:
+        return _label_requirements(text)
+    except _BadSelector:
         raise _bad_selector("label", text) from None
 
 
