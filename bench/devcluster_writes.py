@@ -3,7 +3,7 @@ apply to ``/status`` that bench/devcluster_bench.py sends, made in this process 
 through ``ResourceApi.patch`` (no sockets, no HTTP, no TLS), plus the JSON rendering of
 its answer, which the HTTP layer does for every write.
 
-The cluster's parts are built as devcluster/cluster.py builds them (a Store, the default
+The cluster's parts are built as devcluster/trainjob_devcluster/harness/cluster.py builds them (a Store, the default
 resources' Registry, a ResourceApi over the store with the wall clock); a namespace
 ``bench`` and 200 TrainJobs are created through ResourceApi.create. Each write is the
 Call server.py builds for ``PATCH .../namespaces/bench/trainjobs/job-K/status

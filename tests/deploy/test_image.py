@@ -23,7 +23,7 @@ import aiohttp
 import pytest
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.auth.pki import CertificateAuthority
+from trainjob_devcluster.harness.pki import CertificateAuthority
 from trainjob_devcluster.harness.testing import free_port
 
 from .rendering import ROOT, one, render

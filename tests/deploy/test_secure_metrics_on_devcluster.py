@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from trainjob_devcluster.auth.kubeconfig import write_kubeconfig
+from trainjob_devcluster.harness.kubeconfig import write_kubeconfig
 from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_devcluster.harness.testing import ServingCerts, running_server, server_config
 

@@ -15,8 +15,8 @@ from aiohttp import web
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.auth.admission import rule_matches, selects
-from trainjob_devcluster.auth.pki import CertificateAuthority
 from trainjob_devcluster.common.resources import default_resources
+from trainjob_devcluster.harness.pki import CertificateAuthority
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.kube.errors import KubeError
 from trainjob_status_server.kube.resources import PODS

@@ -16,8 +16,6 @@ from types import TracebackType
 from typing import Any
 
 from ..auth.admission import Backend
-from ..auth.kubeconfig import write_kubeconfig
-from ..auth.pki import CertificateAuthority, server_ssl_context
 from ..auth.tokens import SigningKeys, TokenIssuer
 from ..common.faults import Faults, RequestInfo
 from ..common.resources import ResourceType, default_resources
@@ -28,6 +26,8 @@ from ..http.server import MAX_BODY, ClusterApp
 from ..storage import objects
 from ..storage.store import Obj, Store
 from . import workloads
+from .kubeconfig import write_kubeconfig
+from .pki import CertificateAuthority, server_ssl_context
 
 DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 

@@ -31,9 +31,9 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from ..auth.kubeconfig import write_kubeconfig
-from ..auth.pki import CertificateAuthority
 from ..common.resources import load_crd
+from .kubeconfig import write_kubeconfig
+from .pki import CertificateAuthority
 from .testing import free_port
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"

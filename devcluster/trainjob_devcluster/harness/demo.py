@@ -39,8 +39,8 @@ from trainjob_status_server.auth.verifier import AuthSettings, TokenAuthenticato
 from trainjob_status_server.config import Config
 from trainjob_status_server.kube.resources import TRAINJOBS
 
-from ..auth.pki import CertificateAuthority
 from .cluster import DevCluster
+from .pki import CertificateAuthority
 
 NAMESPACE = "demo"
 TRAINJOB = "mnist"

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..auth.pki import CertificateAuthority
 from ..common.resources import ResourceType, default_resources
 from ..common.status import ApiError
 from ..http.routing import Registry
@@ -27,6 +26,7 @@ from ..storage import objects
 from ..storage.store import Obj
 from . import workloads
 from .controlplane import ControlPlane
+from .pki import CertificateAuthority
 
 # Kinds reset keeps: namespaces go their own way, CRDs stay installed for the session, and
 # the API server keeps its own APIServices.

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..auth.kubeconfig import write_kubeconfig
 from .cluster import DevCluster
+from .kubeconfig import write_kubeconfig
 
 # The store keeps every object version of its watch window (10,000 events) alive, so with
 # the collector's default thresholds a steady write load makes it walk them again and

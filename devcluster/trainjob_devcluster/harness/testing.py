@@ -26,9 +26,9 @@ from trainjob_status_server.config import Config
 from trainjob_status_server.kube.cache import WatchCache
 from trainjob_status_server.metrics.exporter import Exporter
 
-from ..auth.pki import CertificateAuthority
 from .acceptall import AcceptAll
 from .cluster import DevCluster
+from .pki import CertificateAuthority
 
 T = TypeVar("T")
 

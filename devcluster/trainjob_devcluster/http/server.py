@@ -202,7 +202,7 @@ class ClusterApp:
         return response
 
     async def _admitted(self, request: Request, call: Call, user: authz.User) -> Response:
-        """A create that mutating webhooks may change first (see admission.py)."""
+        """A create that mutating webhooks may change first (see auth/admission.py)."""
         try:
             obj = self._json_object(call)
             admitted = await self.admission.admit(call.info, call.resource, obj, user, call.dry_run)
