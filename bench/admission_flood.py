@@ -23,7 +23,7 @@ import aiohttp
 
 from _harness import parse_args
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_devcluster.harness.acceptall import AcceptAll
 from trainjob_status.contract import ANCESTOR_STEP_LABEL as ANCESTOR
 from trainjob_status.contract import JOBSET_NAME_LABEL, status_path
 from trainjob_status_server.app import StatusServer

@@ -48,8 +48,8 @@ from ingest_accept import (  # type: ignore[import-not-found]  # bench/ is not a
     measure,
 )
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_devcluster.testing import ServingCerts
+from trainjob_devcluster.harness.acceptall import AcceptAll
+from trainjob_devcluster.harness.testing import ServingCerts
 from trainjob_status.contract import audience
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth import AuthSettings, TokenAuthenticator

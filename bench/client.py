@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from _harness import parse_args, pin
-from trainjob_devcluster.testing import ServingCerts
+from trainjob_devcluster.harness.testing import ServingCerts
 from trainjob_status.contract import CA_CERT_ENV, TOKEN_ENV, URL_ENV, status_path
 
 PATH = status_path("bench", "job")

@@ -30,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from trainjob_devcluster.testing import ServingCerts
+from trainjob_devcluster.harness.testing import ServingCerts
 from trainjob_status import StatusReporter
 
 SENDER = "trainjob-status"

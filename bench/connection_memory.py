@@ -37,8 +37,8 @@ from _harness import (
     wait_port,
 )
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_devcluster.testing import ServingCerts
+from trainjob_devcluster.harness.acceptall import AcceptAll
+from trainjob_devcluster.harness.testing import ServingCerts
 from trainjob_status.contract import status_path
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config

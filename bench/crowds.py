@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from _harness import parse_args, processes, scrape, total
-from trainjob_devcluster.testing import BackgroundStack, ServingCerts
+from trainjob_devcluster.harness.testing import BackgroundStack, ServingCerts
 from trainjob_status.contract import ANCESTOR_STEP_LABEL, JOBSET_NAME_LABEL, status_path
 
 NS = "bench"

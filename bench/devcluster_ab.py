@@ -50,6 +50,15 @@ class Build:
     rounds: list[bench.Measured] = field(default_factory=list)
 
 
+def cli_module(source: Path) -> str:
+    """The command line's module in a checkout: grouped into subpackages, or flat as it
+    was before, so either side of an A/B may be an older checkout."""
+    package = source / "devcluster" / "trainjob_devcluster"
+    if (package / "harness" / "cli.py").is_file():
+        return "trainjob_devcluster.harness.cli"
+    return "trainjob_devcluster.cli"
+
+
 def start(label: str, source: Path, workdir: Path) -> Build:
     folders = [source / "client", source / "server", source / "devcluster"]
     if not (source / "devcluster" / "trainjob_devcluster").is_dir():
@@ -58,7 +67,7 @@ def start(label: str, source: Path, workdir: Path) -> Build:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(f.resolve()) for f in folders)}
     command = [
         "taskset", "-c", str(bench.SERVER_CPU),
-        sys.executable, "-m", "trainjob_devcluster.cli", "serve",
+        sys.executable, "-m", cli_module(source), "serve",
         "--port", "0", "--kubeconfig-out", str(kubeconfig),
     ]  # fmt: skip
     proc = subprocess.Popen(command, stderr=subprocess.DEVNULL, env=env)

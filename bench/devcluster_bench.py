@@ -64,7 +64,7 @@ def start_cluster(workdir: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any
     kubeconfig = workdir / "kubeconfig"
     command = [
         "taskset", "-c", str(SERVER_CPU),
-        sys.executable, "-m", "trainjob_devcluster.cli", "serve",
+        sys.executable, "-m", "trainjob_devcluster.harness.cli", "serve",
         "--port", "0", "--kubeconfig-out", str(kubeconfig),
     ]  # fmt: skip
     proc = subprocess.Popen(command, stderr=subprocess.DEVNULL)

@@ -3,7 +3,7 @@ apply to ``/status`` that bench/devcluster_bench.py sends, made in this process 
 through ``ResourceApi.patch`` (no sockets, no HTTP, no TLS), plus the JSON rendering of
 its answer, which the HTTP layer does for every write.
 
-The cluster's parts are built as devcluster/cluster.py builds them (a Store, the default
+The cluster's parts are built as devcluster/trainjob_devcluster/harness/cluster.py builds them (a Store, the default
 resources' Registry, a ResourceApi over the store with the wall clock); a namespace
 ``bench`` and 200 TrainJobs are created through ResourceApi.create. Each write is the
 Call server.py builds for ``PATCH .../namespaces/bench/trainjobs/job-K/status
@@ -33,11 +33,11 @@ import time
 from multidict import MultiDict, MultiDictProxy
 
 from _harness import parse_args
-from trainjob_devcluster.resources import default_resources
-from trainjob_devcluster.rest import Call, ResourceApi
-from trainjob_devcluster.routing import Registry, route
-from trainjob_devcluster.standalone import GC_THRESHOLDS
-from trainjob_devcluster.store import Store, dumps_object
+from trainjob_devcluster.common.resources import default_resources
+from trainjob_devcluster.harness.standalone import GC_THRESHOLDS
+from trainjob_devcluster.http.rest import Call, ResourceApi
+from trainjob_devcluster.http.routing import Registry, route
+from trainjob_devcluster.storage.store import Store, dumps_object
 
 TJ = "/apis/trainer.kubeflow.org/v1alpha1"
 NS = "bench"

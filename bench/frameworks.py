@@ -80,7 +80,7 @@ class Stack:
     endpoints; certificates for localhost from one CA."""
 
     def __init__(self, workdir: Path) -> None:
-        from trainjob_devcluster.testing import ServingCerts
+        from trainjob_devcluster.harness.testing import ServingCerts
 
         self.workdir = workdir
         self.certs = ServingCerts.create(workdir)
@@ -96,7 +96,7 @@ class Stack:
         self._held: list[socket.socket] = []
 
     def start(self) -> None:
-        from trainjob_devcluster.testing import BackgroundStack
+        from trainjob_devcluster.harness.testing import BackgroundStack
         from trainjob_status_server.config import Config
 
         self.stack = BackgroundStack(

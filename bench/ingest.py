@@ -73,7 +73,7 @@ from _ingest.driver import Bench, object_sizes
 from _ingest.objects import NO_SA_LIMIT, SCENARIOS, SMOKE_SCENARIOS
 from _ingest.rows import HEADER, report
 from ingest_accept import ceiling_server  # type: ignore[import-not-found]
-from trainjob_devcluster.testing import ServingCerts
+from trainjob_devcluster.harness.testing import ServingCerts
 
 
 def main(args: argparse.Namespace) -> None:

@@ -82,13 +82,20 @@ from _harness import (
 )
 from _ingest.objects import pod_body, trainjob_body
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_devcluster.testing import ServingCerts
 from trainjob_status.contract import GROUP, audience, status_path
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth import TokenAuthenticator
 from trainjob_status_server.auth.authenticator import Authenticator
 from trainjob_status_server.config import Config
+
+# --against runs this script on another checkout's packages, perhaps one from before the
+# development cluster was grouped into subpackages.
+try:
+    from trainjob_devcluster.harness.acceptall import AcceptAll
+    from trainjob_devcluster.harness.testing import ServingCerts
+except ImportError:  # a flat checkout
+    from trainjob_devcluster.acceptall import AcceptAll
+    from trainjob_devcluster.testing import ServingCerts
 
 NS = "bench"
 JOB = "job"

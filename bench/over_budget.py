@@ -70,7 +70,19 @@ async def scenario(
 ) -> dict[str, Any]:
     # Imported here: the parent process may run another checkout's packages in children.
     from trainjob_devcluster import DevCluster
-    from trainjob_devcluster.testing import ServingCerts, running_server, server_config
+
+    try:
+        from trainjob_devcluster.harness.testing import (
+            ServingCerts,
+            running_server,
+            server_config,
+        )
+    except ImportError:  # a checkout from before the subpackages
+        from trainjob_devcluster.testing import (
+            ServingCerts,
+            running_server,
+            server_config,
+        )
     from trainjob_status_server.status.validation import parse_trainer_status
 
     rng = random.Random(seed)

@@ -34,7 +34,7 @@ import aiohttp
 
 from _harness import parse_args, processes
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.testing import ServingCerts, server_config
+from trainjob_devcluster.harness.testing import ServingCerts, server_config
 from trainjob_status.contract import JOBSET_NAME_LABEL, audience, status_path
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth import AuthSettings, TokenAuthenticator

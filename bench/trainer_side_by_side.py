@@ -51,8 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import LOAD_CPU, SERVER_CPU, cpu_seconds, parse_args, percentile, pin, rss_kib
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.controlplane import AssetsMissing, ControlPlane, find_assets
-from trainjob_devcluster.kubeflow_trainer import (
+from trainjob_devcluster.harness.controlplane import AssetsMissing, ControlPlane, find_assets
+from trainjob_devcluster.harness.kubeflow_trainer import (
     ChildProcess,
     TrainerAssetsMissing,
     TrainerProcess,
@@ -63,8 +63,8 @@ from trainjob_devcluster.kubeflow_trainer import (
     tls_ready,
     write_config,
 )
-from trainjob_devcluster.realcluster import RealCluster
-from trainjob_devcluster.testing import ServingCerts, free_port
+from trainjob_devcluster.harness.realcluster import RealCluster
+from trainjob_devcluster.harness.testing import ServingCerts, free_port
 from trainjob_status.contract import GROUP, RESOURCE, audience, status_path
 
 ROOT = Path(__file__).resolve().parents[1]

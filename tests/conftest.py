@@ -16,7 +16,7 @@ from hypothesis import settings
 
 from trainjob_status_server.logs import JsonFormatter, KeyValueFormatter
 
-pytest_plugins = ["trainjob_devcluster.pytest_plugin"]
+pytest_plugins = ["trainjob_devcluster.harness.pytest_plugin"]
 
 # Hypothesis fails an example that takes over 200 ms: a timing assertion, which a loaded
 # CI machine trips at random (speed is measured in bench/, not asserted here).

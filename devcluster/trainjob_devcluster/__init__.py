@@ -7,8 +7,8 @@ kubernetes-asyncio and kubectl work against it unchanged.
 
 from importlib import metadata as _metadata
 
-from .cluster import DevCluster
-from .faults import Faults
+from .common.faults import Faults
+from .harness.cluster import DevCluster
 
 # Written once, in devcluster/pyproject.toml; read from the installed metadata.
 try:

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from trainjob_devcluster.kubeflow_trainer import (
+from trainjob_devcluster.harness.kubeflow_trainer import (
     TrainerAssetsMissing,
     find_trainer_assets,
     private_mounts_usable,
 )
-from trainjob_devcluster.pytest_plugin import require_binary
+from trainjob_devcluster.harness.pytest_plugin import require_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 NUMBER = r"[\d,]+(?:\.\d+)?"

@@ -13,8 +13,8 @@ import pytest_asyncio
 
 from client.conftest import make_reporter as make_reporter
 from client.conftest import sink as sink
-from trainjob_devcluster.pytest_plugin import KubeAPI, MakeStatusServer
-from trainjob_devcluster.testing import ServingCerts
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, MakeStatusServer
+from trainjob_devcluster.harness.testing import ServingCerts
 from trainjob_status.contract import (
     CA_CERT_ENV,
     GROUP,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainjob_devcluster.resources import load_crd
+from trainjob_devcluster.common.resources import load_crd
 from trainjob_status import contract
 
 

@@ -9,7 +9,7 @@ import os
 import sys
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_status import StatusReporter
 
 from . import kubeflow_replay

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from trainjob_devcluster.controlplane import (
+from trainjob_devcluster.common.status import ApiError
+from trainjob_devcluster.harness.controlplane import (
     ApiserverFiles,
     AssetsMissing,
     ControlPlane,
@@ -21,8 +22,7 @@ from trainjob_devcluster.controlplane import (
     etcd_args,
     find_assets,
 )
-from trainjob_devcluster.realcluster import RealCluster
-from trainjob_devcluster.status import ApiError
+from trainjob_devcluster.harness.realcluster import RealCluster
 from trainjob_status import contract
 
 RBAC = "rbac.authorization.k8s.io"
@@ -229,7 +229,7 @@ def test_an_interrupted_start_leaves_no_process(tmp_path: Path, signal_number: i
     program = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from trainjob_devcluster.controlplane import ControlPlane\n"
+        "from trainjob_devcluster.harness.controlplane import ControlPlane\n"
         "plane = ControlPlane(Path(sys.argv[1]))\n"
         "print(plane.workdir, flush=True)\n"
         "plane.start()\n"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from trainjob_devcluster import demo
+from trainjob_devcluster.harness import demo
 from trainjob_status.contract import URL_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +43,7 @@ class Refuse:
 
 BLOCKED = set(sys.argv[1].split(","))
 sys.meta_path.insert(0, Refuse())
-from trainjob_devcluster.cli import main
+from trainjob_devcluster.harness.cli import main
 main(sys.argv[2:])
 """
 
@@ -154,7 +154,7 @@ def start_demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     """The demo in its own temporary folder under ``tmp_path`` (TMPDIR)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINJOB_STATUS_")}
     env.update(COLUMNS="200", TERM="dumb", TMPDIR=str(tmp_path))
-    command = [sys.executable, "-m", "trainjob_devcluster.cli", "demo", "--duration", "1"]
+    command = [sys.executable, "-m", "trainjob_devcluster.harness.cli", "demo", "--duration", "1"]
     return subprocess.Popen(
         [*command, "--report-interval", "0.2", *args],
         env=env,

@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.kubeconfig import write_kubeconfig
+from trainjob_devcluster.harness.kubeconfig import write_kubeconfig
 
 from .rendering import ROOT, Doc
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from trainjob_devcluster.pytest_plugin import require_binary
+from trainjob_devcluster.harness.pytest_plugin import require_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from trainjob_devcluster.realcluster import RealCluster
+from trainjob_devcluster.harness.realcluster import RealCluster
 from trainjob_status.contract import GROUP, audience
 
 from .rehearsal import Container, load, start, wait_ready

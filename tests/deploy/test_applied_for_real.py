@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainjob_devcluster.pytest_plugin import require_binary
-from trainjob_devcluster.realcluster import RealCluster
+from trainjob_devcluster.harness.pytest_plugin import require_binary
+from trainjob_devcluster.harness.realcluster import RealCluster
 
 from .assets import crd_files
 from .chart import CHART, CI_VALUES, RELEASE, RELEASE_NAMESPACES, run_helm, template, variants

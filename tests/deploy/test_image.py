@@ -23,8 +23,8 @@ import aiohttp
 import pytest
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.pki import CertificateAuthority
-from trainjob_devcluster.testing import free_port
+from trainjob_devcluster.harness.pki import CertificateAuthority
+from trainjob_devcluster.harness.testing import free_port
 
 from .rendering import ROOT, one, render
 from .wheels import DEVELOPMENT_ONLY, distribution_name, read_wheel

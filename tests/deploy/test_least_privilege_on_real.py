@@ -19,8 +19,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from trainjob_devcluster.pytest_plugin import require_binary
-from trainjob_devcluster.realcluster import RealCluster
+from trainjob_devcluster.harness.pytest_plugin import require_binary
+from trainjob_devcluster.harness.realcluster import RealCluster
 from trainjob_status.contract import GROUP, audience
 
 from .rehearsal import Container, load, start, wait_ready

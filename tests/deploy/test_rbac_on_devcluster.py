@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from trainjob_devcluster.kubeconfig import write_kubeconfig
-from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.kubeconfig import write_kubeconfig
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_status.contract import JOBSET_NAME_LABEL
 from trainjob_status_server.certificates import certs, pki
 from trainjob_status_server.certificates.certs import CertBootstrap, CertSettings

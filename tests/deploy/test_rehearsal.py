@@ -23,7 +23,7 @@ import aiohttp
 import pytest
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.workloads import controller_reference
+from trainjob_devcluster.harness.workloads import controller_reference
 from trainjob_status.contract import CA_CERT_ENV, GROUP, TOKEN_ENV, URL_ENV
 from trainjob_status.contract import ENV_NAMES as ENV
 from trainjob_status_server.kube.client import KubeClient

@@ -13,9 +13,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from trainjob_devcluster.kubeconfig import write_kubeconfig
-from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
-from trainjob_devcluster.testing import ServingCerts, running_server, server_config
+from trainjob_devcluster.harness.kubeconfig import write_kubeconfig
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.testing import ServingCerts, running_server, server_config
 
 from .rendering import render
 from .test_rbac_on_devcluster import PLURALS

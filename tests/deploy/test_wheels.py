@@ -139,6 +139,11 @@ def test_the_devcluster_wheel_carries_its_crds_and_pins_the_server(
         "trainjob_devcluster/crds/jobsets.yaml",
         "trainjob_devcluster/py.typed",
     } <= set(devcluster.names)
+    # Its layers are subpackages: each ships, with the module the console script names.
+    layers = ("harness", "http", "auth", "storage", "schema", "common")
+    assert {f"trainjob_devcluster/{layer}/__init__.py" for layer in layers} | {
+        "trainjob_devcluster/harness/cli.py"
+    } <= set(devcluster.names)
     assert f"trainjob-status-server=={VERSION}" in devcluster.requires
     assert f"kubectl-trainjob=={VERSION}" in devcluster.requires
-    assert devcluster.scripts == {"trainjob-devcluster": "trainjob_devcluster.cli:main"}
+    assert devcluster.scripts == {"trainjob-devcluster": "trainjob_devcluster.harness.cli:main"}

@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from trainjob_devcluster.resources import resource_from_crd
-from trainjob_devcluster.typed import ListType, MapType, Scalar, TypeRef, resolve
+from trainjob_devcluster.common.resources import resource_from_crd
+from trainjob_devcluster.storage.typed import ListType, MapType, Scalar, TypeRef, resolve
 
 GROUP = "example.dev"
 GV = f"{GROUP}/v1"

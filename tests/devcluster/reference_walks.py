@@ -10,8 +10,8 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from trainjob_devcluster.schemanode import Node
-from trainjob_devcluster.typed import (
+from trainjob_devcluster.schema.schemanode import Node
+from trainjob_devcluster.storage.typed import (
     DEDUCED,
     ListType,
     MapType,

@@ -14,9 +14,9 @@ import pytest_asyncio
 from aiohttp import web
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.admission import rule_matches, selects
-from trainjob_devcluster.pki import CertificateAuthority
-from trainjob_devcluster.resources import default_resources
+from trainjob_devcluster.auth.admission import rule_matches, selects
+from trainjob_devcluster.common.resources import default_resources
+from trainjob_devcluster.harness.pki import CertificateAuthority
 from trainjob_status_server.kube.client import KubeClient
 from trainjob_status_server.kube.errors import KubeError
 from trainjob_status_server.kube.resources import PODS

@@ -12,20 +12,12 @@ from typing import Any
 
 import pytest
 
-from trainjob_devcluster.apply import LAST_APPLIED, server_side_apply
-from trainjob_devcluster.fieldmanager import (
-    manager_from_user_agent,
-    track_update,
-)
-from trainjob_devcluster.fieldsets import FieldSet, path_string
-from trainjob_devcluster.gofmt import go_json, go_sharp_v
-from trainjob_devcluster.resources import (
-    ResourceType,
-    load_trainjob_crd,
-    resource_from_crd,
-)
-from trainjob_devcluster.status import ApiError
-from trainjob_status_server.gofmt import go_float
+from trainjob_devcluster.common.gofmt import go_json, go_sharp_v
+from trainjob_devcluster.common.resources import ResourceType, load_trainjob_crd, resource_from_crd
+from trainjob_devcluster.common.status import ApiError
+from trainjob_devcluster.storage.apply import LAST_APPLIED, server_side_apply
+from trainjob_devcluster.storage.fieldmanager import manager_from_user_agent, track_update
+from trainjob_devcluster.storage.fieldsets import FieldSet, path_string
 
 GV = "trainer.kubeflow.org/v1alpha1"
 T24 = "2026-12-02T18:33:24Z"
@@ -740,14 +732,6 @@ def test_applying_to_an_untracked_object_attributes_its_fields_first() -> None:
 
 
 # -- formatting helpers the messages rely on --------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("value", "text"),
-    [(0.31, "0.31"), (5.0, "5"), (1e6, "1e+06"), (123456.0, "123456"), (1e-05, "1e-05")],
-)
-def test_go_float_formatting(value: float, text: str) -> None:
-    assert go_float(value) == text
 
 
 def test_go_value_and_json_formatting() -> None:

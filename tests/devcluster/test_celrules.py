@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from trainjob_devcluster.celrules import CelRule, RuleFailure
-from trainjob_devcluster.schema import StructuralSchema
-from trainjob_devcluster.status import Cause
+from trainjob_devcluster.common.status import Cause
+from trainjob_devcluster.schema.celrules import CelRule, RuleFailure
+from trainjob_devcluster.schema.schema import StructuralSchema
 
 OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 

@@ -2,20 +2,20 @@
 
 from typing import Any
 
-from trainjob_devcluster import discovery
-from trainjob_devcluster.discovery import (
+from trainjob_devcluster.common.resources import (
+    ResourceType,
+    default_resources,
+    load_trainjob_crd,
+    resource_from_crd,
+)
+from trainjob_devcluster.http import discovery
+from trainjob_devcluster.http.discovery import (
     AGGREGATED_V2,
     AGGREGATED_V2BETA1,
     JSON,
     Answer,
     discover,
     negotiate,
-)
-from trainjob_devcluster.resources import (
-    ResourceType,
-    default_resources,
-    load_trainjob_crd,
-    resource_from_crd,
 )
 
 # The Accept header kubectl v1.32 sends for /api and /apis (h_apis_aggregated).

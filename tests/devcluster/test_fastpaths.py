@@ -18,33 +18,28 @@ from typing import Any
 
 import pytest
 
-from trainjob_devcluster import (
-    fieldmanager,
-    fieldsets,
-    objects,
-    schema,
-    store,
-)
-from trainjob_devcluster.faults import RequestInfo
-from trainjob_devcluster.fieldmanager import decode_managed_fields
-from trainjob_devcluster.fieldsets import FieldSet, decode_fields_v1
-from trainjob_devcluster.resources import (
+from trainjob_devcluster.common.faults import RequestInfo
+from trainjob_devcluster.common.resources import (
     default_resources,
     load_trainjob_crd,
     resource_from_crd,
 )
-from trainjob_devcluster.rest import Call, ResourceApi
-from trainjob_devcluster.schema import StructuralSchema
-from trainjob_devcluster.selectors import (
+from trainjob_devcluster.common.status import ApiError
+from trainjob_devcluster.http.rest import Call, ResourceApi
+from trainjob_devcluster.schema import schema
+from trainjob_devcluster.schema.schema import StructuralSchema
+from trainjob_devcluster.storage import fieldmanager, fieldsets, objects, store
+from trainjob_devcluster.storage.fieldmanager import decode_managed_fields
+from trainjob_devcluster.storage.fieldsets import FieldSet, decode_fields_v1
+from trainjob_devcluster.storage.selectors import (
     parse_field_selector,
     parse_label_selector,
     pinned_value,
 )
-from trainjob_devcluster.status import ApiError
-from trainjob_devcluster.store import Event, Store, dumps, dumps_object
-from trainjob_devcluster.typed import root_type, typed_errors
-from trainjob_devcluster.typedfields import fitted_field_set, to_field_set
-from trainjob_devcluster.typedops import compare, json_equal, merge
+from trainjob_devcluster.storage.store import Event, Store, dumps, dumps_object
+from trainjob_devcluster.storage.typed import root_type, typed_errors
+from trainjob_devcluster.storage.typedfields import fitted_field_set, to_field_set
+from trainjob_devcluster.storage.typedops import compare, json_equal, merge
 
 from . import reference_walks as ref
 from .fastpath_inputs import GV, WIDGET, changed, value_for

@@ -3,7 +3,7 @@
 import asyncio
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.faults import Faults, RequestInfo
+from trainjob_devcluster.common.faults import Faults, RequestInfo
 
 from .conftest import TJ, Api
 

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from trainjob_devcluster import DevCluster, httpserver
+from trainjob_devcluster import DevCluster
+from trainjob_devcluster.http import httpserver
 
 from .conftest import TJ
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from trainjob_devcluster.objectmeta import validate_name
-from trainjob_devcluster.status import Cause
+from trainjob_devcluster.common.status import Cause
+from trainjob_devcluster.storage.objectmeta import validate_name
 
 SUBDOMAIN_MSG = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "

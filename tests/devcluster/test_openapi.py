@@ -4,13 +4,9 @@ import hashlib
 import json
 from typing import Any
 
-from trainjob_devcluster import openapi
-from trainjob_devcluster.openapi import META, OpenApiDocuments, Served
-from trainjob_devcluster.resources import (
-    ResourceType,
-    load_trainjob_crd,
-    resource_from_crd,
-)
+from trainjob_devcluster.common.resources import ResourceType, load_trainjob_crd, resource_from_crd
+from trainjob_devcluster.http import openapi
+from trainjob_devcluster.http.openapi import META, OpenApiDocuments, Served
 
 TJ = "/apis/trainer.kubeflow.org/v1alpha1"
 TJ_KIND = "org.kubeflow.trainer.v1alpha1.TrainJob"

@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from trainjob_devcluster.fieldmanager import track_update
-from trainjob_devcluster.patches import (
+from trainjob_devcluster.common.resources import load_trainjob_crd, resource_from_crd
+from trainjob_devcluster.storage.fieldmanager import track_update
+from trainjob_devcluster.storage.patches import (
     PatchError,
     decode_patch,
     json_merge_patch,
     json_patch,
     strategic_merge_patch,
 )
-from trainjob_devcluster.resources import load_trainjob_crd, resource_from_crd
 
 GV = "trainer.kubeflow.org/v1alpha1"
 T24 = "2026-12-02T18:33:24Z"

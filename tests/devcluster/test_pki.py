@@ -20,7 +20,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from trainjob_devcluster.pki import (
+from trainjob_devcluster.harness.pki import (
     CertificateAuthority,
     client_ssl_context,
     server_ssl_context,

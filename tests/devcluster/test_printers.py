@@ -3,16 +3,9 @@
 from datetime import UTC, datetime
 from typing import Any
 
-import pytest
-
-from trainjob_devcluster import printers
-from trainjob_devcluster.printers import custom_cell, jsonpath, table
-from trainjob_devcluster.resources import (
-    ResourceType,
-    load_trainjob_crd,
-    resource_from_crd,
-)
-from trainjob_status_server.gofmt import human_duration
+from trainjob_devcluster.common.resources import ResourceType, load_trainjob_crd, resource_from_crd
+from trainjob_devcluster.http import printers
+from trainjob_devcluster.http.printers import custom_cell, jsonpath, table
 
 NOW = datetime(2025, 1, 1, 0, 10, tzinfo=UTC)
 NAME_COLUMN = {
@@ -38,36 +31,6 @@ def core(kind: str) -> ResourceType:
 def obj(name: str, created: str = "2025-01-01T00:00:00Z", **fields: Any) -> dict[str, Any]:
     meta = {"name": name, "namespace": "team-a", "creationTimestamp": created}
     return {"metadata": meta, **fields}
-
-
-@pytest.mark.parametrize(
-    ("seconds", "shown"),
-    [
-        (-5, "<invalid>"),
-        (-1, "0s"),
-        (0, "0s"),
-        (59, "59s"),
-        (119, "119s"),
-        (120, "2m"),
-        (125, "2m5s"),
-        (599, "9m59s"),
-        (600, "10m"),
-        (3 * 3600 - 1, "179m"),
-        (3 * 3600, "3h"),
-        (3 * 3600 + 600, "3h10m"),
-        (8 * 3600 + 59, "8h"),
-        (47 * 3600, "47h"),
-        (48 * 3600, "2d"),
-        (50 * 3600, "2d2h"),
-        (8 * 86400, "8d"),
-        (729 * 86400, "729d"),
-        (730 * 86400, "2y"),
-        (731 * 86400, "2y1d"),
-        (8 * 365 * 86400, "8y"),
-    ],
-)
-def test_human_duration(seconds: int, shown: str) -> None:
-    assert human_duration(seconds) == shown
 
 
 def test_age() -> None:

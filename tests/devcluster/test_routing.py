@@ -1,9 +1,9 @@
 from multidict import MultiDict, MultiDictProxy
 
-from trainjob_devcluster import routing
-from trainjob_devcluster.faults import RequestInfo
-from trainjob_devcluster.resources import default_resources
-from trainjob_devcluster.routing import Registry, route
+from trainjob_devcluster.common.faults import RequestInfo
+from trainjob_devcluster.common.resources import default_resources
+from trainjob_devcluster.http import routing
+from trainjob_devcluster.http.routing import Registry, route
 
 TJ = "/apis/trainer.kubeflow.org/v1alpha1"
 

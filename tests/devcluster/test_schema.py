@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from trainjob_devcluster.objectmeta import validate_name
-from trainjob_devcluster.resources import load_trainjob_crd, resource_from_crd
-from trainjob_devcluster.schema import NOT_CHECKED, StructuralSchema
-from trainjob_devcluster.status import Cause, invalid
+from trainjob_devcluster.common.resources import load_trainjob_crd, resource_from_crd
+from trainjob_devcluster.common.status import Cause, invalid
+from trainjob_devcluster.schema.schema import NOT_CHECKED, StructuralSchema
+from trainjob_devcluster.storage.objectmeta import validate_name
 
 TRAINJOB = resource_from_crd(load_trainjob_crd())
 assert TRAINJOB.schema is not None

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from trainjob_devcluster.schema import NOT_CHECKED, StructuralSchema
-from trainjob_devcluster.schemaformats import go_value, is_date_time
-from trainjob_devcluster.schemanode import same
-from trainjob_status_server.gofmt import go_float, go_quote
+from trainjob_devcluster.common.gofmt import go_quote
+from trainjob_devcluster.schema.schema import NOT_CHECKED, StructuralSchema
+from trainjob_devcluster.schema.schemaformats import go_value, is_date_time
+from trainjob_devcluster.schema.schemanode import same
 
 WIDGET_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -344,25 +344,6 @@ def test_ratcheting_tells_1_from_1_0_and_true() -> None:
     assert not same(1, 1.0)
     assert not same({"a": [True]}, {"a": [1]})
     assert same({"a": [1, {"b": None}]}, {"a": [1, {"b": None}]})
-
-
-@pytest.mark.parametrize(
-    ("value", "text"),
-    [
-        (100.0, "100"),
-        (40.5, "40.5"),
-        (-0.5, "-0.5"),
-        (123456.0, "123456"),
-        (1e6, "1e+06"),
-        (1234567.0, "1.234567e+06"),
-        (0.0001, "0.0001"),
-        (0.00001, "1e-05"),
-        (1e21, "1e+21"),
-        (0.0, "0"),
-    ],
-)
-def test_go_float(value: float, text: str) -> None:
-    assert go_float(value) == text
 
 
 def test_go_value_and_quote() -> None:

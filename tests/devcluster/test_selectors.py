@@ -1,13 +1,13 @@
 import pytest
 
-from trainjob_devcluster.selectors import (
+from trainjob_devcluster.common.status import ApiError
+from trainjob_devcluster.storage.selectors import (
     labels_match,
     parse_field_selector,
     parse_label_selector,
     pinned_value,
     sole_value,
 )
-from trainjob_devcluster.status import ApiError
 
 
 def obj(labels: dict[str, str], name: str = "a") -> dict[str, object]:
@@ -31,13 +31,25 @@ def obj(labels: dict[str, str], name: str = "a") -> dict[str, object]:
         ("a=1,b in (2,3),!c", {"a": "1", "b": "3"}, True),
         ("a=1,b in (2,3),!c", {"a": "1", "b": "3", "c": "x"}, False),
         ("jobset.sigs.k8s.io/jobset-name=job1", {"jobset.sigs.k8s.io/jobset-name": "job1"}, True),
+        ("  ", {}, True),
+        # An empty value: after = or !=, or a slot left empty in a set.
+        ("app=", {"app": ""}, True),
+        ("app=", {"app": "x"}, False),
+        ("app!=,b", {"b": "1"}, True),
+        ("app in (x,)", {"app": ""}, True),
+        ("app in (,x)", {"app": ""}, True),
+        ("app in (x)", {"app": ""}, False),
+        ("app notin (x,)", {"app": ""}, False),
     ],
 )
 def test_label_selectors(selector: str, labels: dict[str, str], expected: bool) -> None:
     assert labels_match(parse_label_selector(selector), obj(labels)) is expected
 
 
-@pytest.mark.parametrize("selector", ["a in (x", "a in ()", "a=b=c", "a=1,,b"])
+@pytest.mark.parametrize(
+    "selector",
+    ["a in (x", "a in ()", "a=b=c", "a=1,,b", "a=1,", "!", "a in x", "a notin (x))", "(a)"],
+)
 def test_bad_label_selector_is_400(selector: str) -> None:
     with pytest.raises(ApiError) as err:
         parse_label_selector(selector)

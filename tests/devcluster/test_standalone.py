@@ -15,7 +15,7 @@ import pytest
 import uvloop
 import yaml
 
-from trainjob_devcluster.httpserver import layers_tls_itself
+from trainjob_devcluster.http.httpserver import layers_tls_itself
 
 from .conftest import TJ
 
@@ -35,7 +35,7 @@ async def start(kubeconfig: Path) -> tuple[asyncio.subprocess.Process, dict[str,
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "trainjob_devcluster.cli",
+        "trainjob_devcluster.harness.cli",
         "serve",
         "--port",
         "0",

@@ -3,13 +3,13 @@ import json
 
 import pytest
 
-from trainjob_devcluster.selectors import (
+from trainjob_devcluster.storage.selectors import (
     parse_field_selector,
     parse_label_selector,
     pinned_value,
     sole_value,
 )
-from trainjob_devcluster.store import Event, Expired, Store, dumps
+from trainjob_devcluster.storage.store import Event, Expired, Store, dumps
 
 
 def new(name: str, labels: dict[str, str] | None = None, ns: str = "ns") -> dict[str, object]:

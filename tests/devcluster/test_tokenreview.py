@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from trainjob_devcluster.signing import b64url
-from trainjob_devcluster.status import ApiError
-from trainjob_devcluster.tokens import SigningKeys, TokenIssuer
-from trainjob_status_server.gofmt import go_quote
+from trainjob_devcluster.auth.signing import b64url
+from trainjob_devcluster.auth.tokens import SigningKeys, TokenIssuer
+from trainjob_devcluster.common.gofmt import go_quote
+from trainjob_devcluster.common.status import ApiError
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 AUD = "trainer.kubeflow.org/v1alpha1/namespaces/rec/trainjobs/tj-rec/status"

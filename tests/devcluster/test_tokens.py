@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from trainjob_devcluster.signing import b64url
-from trainjob_devcluster.status import ApiError
-from trainjob_devcluster.tokens import (
+from trainjob_devcluster.auth.signing import b64url
+from trainjob_devcluster.auth.tokens import (
     SigningKeys,
     TokenIssuer,
     check_target,
     key_id,
     service_account_not_found,
 )
+from trainjob_devcluster.common.status import ApiError
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 AUD = "trainer.kubeflow.org/v1alpha1/namespaces/rec/trainjobs/tj-rec/status"

@@ -18,34 +18,29 @@ from typing import Any
 
 import pytest
 
-from trainjob_devcluster.apply import (
-    _reset,
-    drop_emptied,
-    status_left_to,
-    take_over,
+from trainjob_devcluster.common.faults import RequestInfo
+from trainjob_devcluster.common.resources import (
+    default_resources,
+    load_trainjob_crd,
+    resource_from_crd,
 )
-from trainjob_devcluster.faults import RequestInfo
-from trainjob_devcluster.fieldmanager import (
+from trainjob_devcluster.common.status import ApiError
+from trainjob_devcluster.http.rest import Call, ResourceApi
+from trainjob_devcluster.schema.leafchecks import quick_check
+from trainjob_devcluster.schema.schema import StructuralSchema
+from trainjob_devcluster.schema.schemanode import Node
+from trainjob_devcluster.storage.apply import _reset, drop_emptied, status_left_to, take_over
+from trainjob_devcluster.storage.fieldmanager import (
     APPLY,
     UPDATE,
     Managed,
     ManagerKey,
     VersionedSet,
 )
-from trainjob_devcluster.fieldsets import FieldSet
-from trainjob_devcluster.leafchecks import quick_check
-from trainjob_devcluster.resources import (
-    default_resources,
-    load_trainjob_crd,
-    resource_from_crd,
-)
-from trainjob_devcluster.rest import Call, ResourceApi
-from trainjob_devcluster.schema import StructuralSchema
-from trainjob_devcluster.schemanode import Node
-from trainjob_devcluster.status import ApiError
-from trainjob_devcluster.store import Store
-from trainjob_devcluster.typed import root_type
-from trainjob_devcluster.typedops import compare
+from trainjob_devcluster.storage.fieldsets import FieldSet
+from trainjob_devcluster.storage.store import Store
+from trainjob_devcluster.storage.typed import root_type
+from trainjob_devcluster.storage.typedops import compare
 
 from . import reference_walks as ref
 from .fastpath_inputs import WIDGET, changed, value_for

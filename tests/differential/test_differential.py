@@ -22,8 +22,8 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.pytest_plugin import KubeAPI
-from trainjob_devcluster.realcluster import RealCluster
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI
+from trainjob_devcluster.harness.realcluster import RealCluster
 
 NS = "team-a"
 TRAINJOBS = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs"

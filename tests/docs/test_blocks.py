@@ -20,7 +20,7 @@ import yaml
 
 from client_with_server.conftest import Pod, stored_status
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.pytest_plugin import require_binary
+from trainjob_devcluster.harness.pytest_plugin import require_binary
 from trainjob_status.contract import ENV_NAMES
 
 from .blocks import ROOT, Block, all_blocks, parse, problems
@@ -111,7 +111,14 @@ def _run(block: Block, pod: Pod | None, scratch: Path) -> subprocess.CompletedPr
     if block.language == "python" and block.options.get("context") == "pytest":
         # A test as a reader would write one, run by pytest with our plugin.
         (scratch / "test_block.py").write_text(block.text)
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "trainjob_devcluster.pytest_plugin"]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "trainjob_devcluster.harness.pytest_plugin",
+        ]
         command += ["-p", "no:cacheprovider", "-o", "asyncio_mode=auto", "test_block.py"]
     elif block.language == "python":
         (scratch / "block.py").write_text(block.text)

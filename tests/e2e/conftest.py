@@ -15,8 +15,8 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from trainjob_devcluster.pytest_plugin import MakeStatusServer, require_binary
-from trainjob_devcluster.testing import ServingCerts, eventually, free_port, status_path
+from trainjob_devcluster.harness.pytest_plugin import MakeStatusServer, require_binary
+from trainjob_devcluster.harness.testing import ServingCerts, eventually, free_port, status_path
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.metrics.exporter import Exporter
 

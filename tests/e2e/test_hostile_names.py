@@ -12,7 +12,7 @@ import aiohttp
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.testing import eventually, exporter_on_a_port
+from trainjob_devcluster.harness.testing import eventually, exporter_on_a_port
 
 from .conftest import Prometheus, Stack
 from .test_promtool import promtool

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.testing import eventually
+from trainjob_devcluster.harness.testing import eventually
 from trainjob_status.contract import GROUP
 
 from .conftest import DASHBOARD, JOB, Prometheus, Stack, load_rules

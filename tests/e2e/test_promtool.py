@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.testing import eventually
+from trainjob_devcluster.harness.testing import eventually
 
 from .conftest import RULES, Stack
 

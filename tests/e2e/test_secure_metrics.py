@@ -14,8 +14,8 @@ import pytest_asyncio
 import yaml
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.pytest_plugin import MakeStatusServer
-from trainjob_devcluster.testing import ServingCerts, eventually
+from trainjob_devcluster.harness.pytest_plugin import MakeStatusServer
+from trainjob_devcluster.harness.testing import ServingCerts, eventually
 
 from .conftest import JOB, Prometheus, Stack
 

@@ -42,8 +42,8 @@ from kubectl_trainjob.rows import (
 )
 from kubectl_trainjob.terminal import printable
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
-from trainjob_devcluster.realcluster import RealCluster
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.realcluster import RealCluster
 from trainjob_status.contract import GROUP
 from trainjob_status_server.gofmt import human_duration
 from trainjob_status_server.kube import KubeClient

@@ -13,14 +13,14 @@ from typing import TypeVar
 
 import pytest
 
-from trainjob_devcluster.controlplane import AssetsMissing, ControlPlane, find_assets
-from trainjob_devcluster.kubeflow_trainer import (
+from trainjob_devcluster.harness.controlplane import AssetsMissing, ControlPlane, find_assets
+from trainjob_devcluster.harness.kubeflow_trainer import (
     TrainerAssetsMissing,
     find_trainer_assets,
     private_mounts_usable,
 )
-from trainjob_devcluster.realcluster import RealCluster
-from trainjob_devcluster.testing import ServingCerts
+from trainjob_devcluster.harness.realcluster import RealCluster
+from trainjob_devcluster.harness.testing import ServingCerts
 
 from .rig import Kubeflow
 

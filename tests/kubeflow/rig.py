@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from trainjob_devcluster.kubeflow_trainer import (
+from trainjob_devcluster.harness.kubeflow_trainer import (
     GATE,
     OPERATOR_NAMESPACE,
     SERVICE_NAME,
@@ -37,9 +37,9 @@ from trainjob_devcluster.kubeflow_trainer import (
     tls_ready,
     write_config,
 )
-from trainjob_devcluster.realcluster import RealCluster
-from trainjob_devcluster.testing import ServingCerts, free_port
-from trainjob_devcluster.workloads import controller_reference
+from trainjob_devcluster.harness.realcluster import RealCluster
+from trainjob_devcluster.harness.testing import ServingCerts, free_port
+from trainjob_devcluster.harness.workloads import controller_reference
 from trainjob_status import contract
 from trainjob_status_server.pods.injection import VOLUME_NAME
 

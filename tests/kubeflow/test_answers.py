@@ -11,7 +11,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from trainjob_devcluster.testing import ServingCerts
+from trainjob_devcluster.harness.testing import ServingCerts
 from trainjob_status.contract import JOBSET_NAME_LABEL, audience, status_path
 
 from .rig import Answer, Kubeflow, post, status_body

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainjob_devcluster.kubeflow_trainer import (
+from trainjob_devcluster.harness.kubeflow_trainer import (
     ASSETS_ENV,
     TrainerAssetsMissing,
     assets_folder,

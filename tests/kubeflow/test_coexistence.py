@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from trainjob_devcluster.kubeflow_trainer import OPERATOR_NAMESPACE, SERVICE_NAME
-from trainjob_devcluster.testing import ServingCerts
+from trainjob_devcluster.harness.kubeflow_trainer import OPERATOR_NAMESPACE, SERVICE_NAME
+from trainjob_devcluster.harness.testing import ServingCerts
 from trainjob_status.contract import CA_CERT_ENV, TOKEN_ENV, URL_ENV, audience, status_path
 from trainjob_status_server.pods.injection import MOUNT_PATH, VOLUME_NAME
 

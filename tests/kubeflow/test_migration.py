@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from trainjob_devcluster.kubeflow_trainer import SERVICE_NAME
-from trainjob_devcluster.testing import ServingCerts
+from trainjob_devcluster.harness.kubeflow_trainer import SERVICE_NAME
+from trainjob_devcluster.harness.testing import ServingCerts
 from trainjob_status.contract import URL_ENV
 
 from .rig import (

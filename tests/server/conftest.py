@@ -11,8 +11,8 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
-from trainjob_devcluster.pytest_plugin import MakeStatusServer
-from trainjob_devcluster.testing import ServingCerts, settled, status_path
+from trainjob_devcluster.harness.pytest_plugin import MakeStatusServer
+from trainjob_devcluster.harness.testing import ServingCerts, settled, status_path
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 

@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.testing import free_port
+from trainjob_devcluster.harness.testing import free_port
 from trainjob_status_server import versions
 
 ROOT = Path(__file__).resolve().parents[2]

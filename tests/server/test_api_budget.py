@@ -18,7 +18,7 @@ import pytest_asyncio
 from prometheus_client import REGISTRY
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_devcluster.harness.acceptall import AcceptAll
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.budgets import Budgets
 from trainjob_status_server.config import Config

@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.objects import rfc3339
+from trainjob_devcluster.storage.objects import rfc3339
 from trainjob_status.contract import JOBSET_NAME_LABEL, audience
 from trainjob_status_server.auth.tokencache import Admission, Verified
 from trainjob_status_server.config import Config

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_status_server.certificates import pki
 from trainjob_status_server.kube.cache import WatchCache
 from trainjob_status_server.kube.client import KubeClient

@@ -20,7 +20,7 @@ from aiohttp import web
 from cryptography import x509
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_status_server.certificates import certs, pki
 from trainjob_status_server.certificates.certs import CertBootstrap, CertSettings, WebhookCABundle
 from trainjob_status_server.certificates.tls import ReloadingTLS

@@ -18,8 +18,8 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_devcluster.testing import eventually
+from trainjob_devcluster.harness.acceptall import AcceptAll
+from trainjob_devcluster.harness.testing import eventually
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 

@@ -14,8 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.acceptall import AcceptAll
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainjob_devcluster.schema import StructuralSchema
-from trainjob_devcluster.testing import BackgroundStack, ServingCerts, status_path
+from trainjob_devcluster.harness.testing import BackgroundStack, ServingCerts, status_path
+from trainjob_devcluster.schema.schema import StructuralSchema
 
 from .conftest import GROUP, NS
 

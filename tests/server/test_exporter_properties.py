@@ -21,7 +21,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from trainjob_devcluster.testing import (
+from trainjob_devcluster.harness.testing import (
     BackgroundStack,
     ServingCerts,
     exporter_on_a_port,

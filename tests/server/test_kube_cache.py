@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_status.contract import GROUP
 from trainjob_status.contract import JOBSET_NAME_LABEL as JOBSET
 from trainjob_status_server.kube import (

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.kubeconfig import write_kubeconfig
-from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.kubeconfig import write_kubeconfig
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_status.contract import GROUP
 from trainjob_status_server.kube import (
     TRAINJOBS,

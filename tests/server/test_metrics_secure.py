@@ -15,8 +15,8 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.acceptall import AcceptAll
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.testing import eventually
+from trainjob_devcluster.harness.testing import eventually
 from trainjob_status.contract import JOBSET_NAME_LABEL, audience
 from trainjob_status_server.auth.ownership import controller_of, owned_through
 from trainjob_status_server.config import Config

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
+from trainjob_devcluster.harness.acceptall import AcceptAll
 from trainjob_status.contract import GROUP
 from trainjob_status_server.config import Config
 from trainjob_status_server.running import serve_until_signalled

@@ -21,12 +21,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from trainjob_devcluster.gofmt import go_quote
-from trainjob_devcluster.resources import load_trainjob_crd, resource_from_crd
-from trainjob_devcluster.schema import StructuralSchema
-from trainjob_devcluster.schemaformats import is_date_time
-from trainjob_devcluster.status import Cause as DevCause
-from trainjob_devcluster.status import invalid
+from trainjob_devcluster.common.gofmt import go_quote
+from trainjob_devcluster.common.resources import load_trainjob_crd, resource_from_crd
+from trainjob_devcluster.common.status import Cause as DevCause
+from trainjob_devcluster.common.status import invalid
+from trainjob_devcluster.schema.schema import StructuralSchema
+from trainjob_devcluster.schema.schemaformats import is_date_time
 from trainjob_status_server.status import validation
 from trainjob_status_server.status.validation import (
     GROUP,

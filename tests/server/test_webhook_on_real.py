@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from trainjob_devcluster.realcluster import RealCluster
+from trainjob_devcluster.harness.realcluster import RealCluster
 from trainjob_status.contract import CA_CERT_ENV, GROUP, JOBSET_NAME_LABEL, TOKEN_ENV, URL_ENV
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.auth import AuthSettings, TokenAuthenticator

@@ -22,8 +22,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from trainjob_devcluster.patches import PatchError, json_patch
-from trainjob_devcluster.workloads import controller_reference
+from trainjob_devcluster.harness.workloads import controller_reference
+from trainjob_devcluster.storage.patches import PatchError, json_patch
 from trainjob_status.contract import ANCESTOR_STEP_LABEL as ANCESTOR
 from trainjob_status.contract import JOBSET_NAME_LABEL as JOBSET_LABEL
 from trainjob_status_server.kube.client import KubeClient

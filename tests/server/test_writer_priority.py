@@ -18,9 +18,9 @@ import pytest_asyncio
 from prometheus_client import REGISTRY
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.acceptall import AcceptAll
-from trainjob_devcluster.pytest_plugin import KubeAPI, on_both_servers
-from trainjob_devcluster.realcluster import RealCluster
+from trainjob_devcluster.harness.acceptall import AcceptAll
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.realcluster import RealCluster
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 from trainjob_status_server.kube.store import CacheEvent

@@ -1,0 +1,140 @@
+"""SubjectAccessReview and SelfSubjectAccessReview (authorization.k8s.io/v1), answered
+from the RBAC evaluation the API server applies to its own requests (authz.py): resource
+and non-resource attributes. A self review (``kubectl auth can-i``) asks about the user
+making the request, whose identity the spec does not carry.
+
+As in kube-apiserver, system:masters may do anything, and the paths every user (or
+every authenticated user) may read are allowed without a binding. A review that RBAC
+allows names the binding in ``status.reason``; a refusal has no reason, as with RBAC
+alone (no other authorizer is asked here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ..common.faults import RequestInfo
+from ..common.status import bad_request
+from . import authz
+from .tokenfmt import object_field, string_field, string_list_field
+
+KIND = "SubjectAccessReview"
+SELF_KIND = "SelfSubjectAccessReview"
+API_VERSION = "authorization.k8s.io/v1"
+_STRUCT = "SubjectAccessReviewSpec"
+
+
+def _attributes(spec: dict[str, Any], kind: str = KIND) -> tuple[RequestInfo, str, bool]:
+    """(request info, API group, is a resource request) from the spec's attributes."""
+    struct = f"{kind}Spec"
+    resource = object_field(
+        kind,
+        spec,
+        "resourceAttributes",
+        struct,
+        "spec.resourceAttributes",
+        "v1.ResourceAttributes",
+    )
+    non_resource = object_field(
+        kind,
+        spec,
+        "nonResourceAttributes",
+        struct,
+        "spec.nonResourceAttributes",
+        "v1.NonResourceAttributes",
+    )
+    if (resource is None) == (non_resource is None):
+        raise bad_request(
+            f"{kind}.authorization.k8s.io is invalid: spec.resourceAttributes: Invalid value: "
+            '"null": exactly one of nonResourceAttributes or resourceAttributes must be specified'
+        )
+    if non_resource is not None:
+        path = string_field(kind, non_resource, "path", "NonResourceAttributes", "path")
+        verb = string_field(kind, non_resource, "verb", "NonResourceAttributes", "verb")
+        return RequestInfo(verb.upper(), path, verb), "", False
+    assert resource is not None
+    fields = {
+        key: string_field(kind, resource, key, "ResourceAttributes", key)
+        for key in ("namespace", "verb", "group", "resource", "subresource", "name")
+    }
+    info = RequestInfo(
+        "",
+        "",
+        fields["verb"],
+        fields["resource"],
+        fields["subresource"],
+        fields["namespace"],
+        fields["name"],
+    )
+    return info, fields["group"], True
+
+
+def review(
+    body: Mapping[str, Any],
+    bindings: Callable[[str], Iterable[dict[str, Any]]],
+    role_lookup: Any,
+) -> dict[str, Any]:
+    """The SubjectAccessReview answer (201) for a request body; ``bindings(namespace)``
+    gives the ClusterRoleBindings and the namespace's RoleBindings."""
+    doc = dict(body)
+    spec = object_field(KIND, doc, "spec", KIND, "spec", "v1.SubjectAccessReviewSpec") or {}
+    username = string_field(KIND, spec, "user", _STRUCT, "spec.user")
+    groups = string_list_field(KIND, spec, "groups", _STRUCT, "spec.groups") or []
+    if not username and not groups:
+        raise bad_request(
+            f"{KIND}.authorization.k8s.io is invalid: spec.user: Invalid value: "
+            '"": at least one of user or group must be specified'
+        )
+    info, group, is_resource = _attributes(spec)
+    user = authz.User(username, string_field(KIND, spec, "uid", _STRUCT, "spec.uid"), tuple(groups))
+    metadata = object_field(KIND, doc, "metadata", KIND, "metadata", "v1.ObjectMeta") or {}
+    return {
+        "kind": KIND,
+        "apiVersion": API_VERSION,
+        "metadata": dict(metadata),
+        "spec": spec,
+        "status": _verdict(user, info, group, is_resource, bindings, role_lookup),
+    }
+
+
+def self_review(
+    body: Mapping[str, Any],
+    user: authz.User,
+    bindings: Callable[[str], Iterable[dict[str, Any]]],
+    role_lookup: Any,
+) -> dict[str, Any]:
+    """The SelfSubjectAccessReview answer (201): the same verdict, for ``user``."""
+    doc = dict(body)
+    spec = (
+        object_field(SELF_KIND, doc, "spec", SELF_KIND, "spec", "v1.SelfSubjectAccessReviewSpec")
+        or {}
+    )
+    info, group, is_resource = _attributes(spec, SELF_KIND)
+    metadata = object_field(SELF_KIND, doc, "metadata", SELF_KIND, "metadata", "v1.ObjectMeta")
+    return {
+        "kind": SELF_KIND,
+        "apiVersion": API_VERSION,
+        "metadata": dict(metadata or {}),
+        "spec": spec,
+        "status": _verdict(user, info, group, is_resource, bindings, role_lookup),
+    }
+
+
+def _verdict(
+    user: authz.User,
+    info: RequestInfo,
+    group: str,
+    is_resource: bool,
+    bindings: Callable[[str], Iterable[dict[str, Any]]],
+    role_lookup: Any,
+) -> dict[str, Any]:
+    if "system:masters" in user.groups:
+        return {"allowed": True}
+    if not is_resource and authz.path_allowed(user, info.path, info.verb):
+        reason = authz.default_grant(user, info.path)
+        return {"allowed": True, "reason": reason} if reason else {"allowed": True}
+    granted = authz.granting_binding(user, info, group, bindings(info.namespace), role_lookup)
+    if granted is not None:
+        return {"allowed": True, "reason": granted}
+    return {"allowed": False}

@@ -1,0 +1,318 @@
+"""LIST (selectors, limit/continue) and WATCH (streamed events, bookmarks, expiry)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..common import status
+from ..common.resources import ResourceType
+from ..common.status import ApiError
+from ..storage.selectors import (
+    labels_match,
+    parse_field_selector,
+    parse_label_selector,
+    pinned_value,
+    sole_value,
+)
+from ..storage.store import Expired, Obj, Store, Watcher, dumps
+from .httpserver import Request, Stream
+from .routing import query_flag
+
+
+def _encode_continue(rv: int, start: str) -> str:
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[int, str]:
+    """The resourceVersion a paged list is read at and the key its next page starts at
+    (rv -1: an inconsistent token, read at the current version)."""
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        data = json.loads(base64.urlsafe_b64decode(padded))
+        rv, start = data["rv"], data["start"]
+        if not isinstance(start, str) or type(rv) is not int or data.get("v") != "meta.k8s.io/v1":
+            raise TypeError
+        return rv, start
+    except (binascii.Error, ValueError, KeyError, TypeError) as exc:
+        raise status.bad_request("continue key is not valid: invalid continue token") from exc
+
+
+def _key(obj: Obj) -> str:
+    """Where a page starts: orders as the store lists, by namespace then name (a NUL
+    sorts before any character of either)."""
+    meta = obj["metadata"]
+    return f"{meta.get('namespace', '')}\x00{meta['name']}\x00"
+
+
+# The real server's words when a paged list's version has been compacted away.
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You "
+    "can start a new list without the continue parameter, or use the continue token in "
+    "this response to retrieve the remainder of the results. Continuing with the provided "
+    "token results in an inconsistent list - objects that were created, modified, or "
+    "deleted between the time the first chunk was returned and now may show up in the list."
+)
+
+
+_FORBIDDEN, _NOT_SUPPORTED = "FieldValueForbidden", "FieldValueNotSupported"
+
+
+def _list_options_error(reason: str, message: str) -> ApiError:
+    """The API server's 422 for ListOptions whose ``resourceVersionMatch`` does not go
+    with the rest (one cause)."""
+    cause = status.Cause(reason, message, "resourceVersionMatch")
+    return ApiError(
+        422,
+        "Invalid",
+        f'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: {message}',
+        {"group": "meta.k8s.io", "kind": "ListOptions", "causes": [cause.to_json()]},
+    )
+
+
+def check_list_options(query: Mapping[str, str]) -> None:
+    """ListOptions validation of ``resourceVersionMatch`` (the first fault, as one cause)."""
+    match = query.get("resourceVersionMatch") or ""
+    if not match:
+        return
+    rv = query.get("resourceVersion") or ""
+    if not rv:
+        problem = "resourceVersionMatch is forbidden unless resourceVersion is provided"
+    elif query.get("continue"):
+        problem = "resourceVersionMatch is forbidden when continue is provided"
+    elif match not in ("Exact", "NotOlderThan"):
+        raise _list_options_error(
+            _NOT_SUPPORTED,
+            f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan", ""',
+        )
+    elif match == "Exact" and rv == "0":
+        problem = 'resourceVersionMatch "exact" is forbidden for resourceVersion "0"'
+    else:
+        return
+    raise _list_options_error(_FORBIDDEN, f"Forbidden: {problem}")
+
+
+def _too_large(rv: int, current: int) -> ApiError:
+    return ApiError(
+        504,
+        "Timeout",
+        f"Too large resource version: {rv}, current: {current}",
+        {
+            "causes": [
+                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+            ],
+            "retryAfterSeconds": 1,
+        },
+        {"Retry-After": "1"},
+    )
+
+
+def _read_version(store: Store, query: Mapping[str, str]) -> tuple[int | None, str]:
+    """The resourceVersion a LIST reads at (None: the current state) and where its page
+    starts: a continue token's version, or ``resourceVersion`` with Exact; otherwise the
+    current state, which is never older than any version asked for."""
+    token = query.get("continue")
+    if token:
+        rv, start = _decode_continue(token)
+        return (None if rv < 0 else rv), start
+    text = query.get("resourceVersion") or ""
+    if text in ("", "0"):
+        return None, ""
+    try:
+        rv = int(text)
+    except ValueError as exc:
+        raise status.bad_request(f"invalid resource version: {text}") from exc
+    if rv > store.rv:
+        raise _too_large(rv, store.rv)
+    if query.get("resourceVersionMatch") == "Exact":
+        return rv, ""
+    return None, ""
+
+
+def list_objects(
+    store: Store, resource: ResourceType, namespace: str | None, query: Mapping[str, str]
+) -> Obj:
+    """A ``<Kind>List``: the current state, or the state at a version the event window
+    still reaches (``resourceVersionMatch=Exact``, and every page after the first of a
+    paged list, so the pages make one consistent list)."""
+    check_list_options(query)
+    labels = parse_label_selector(query.get("labelSelector"))
+    fields = parse_field_selector(query.get("fieldSelector"))
+    name = pinned_value(query.get("fieldSelector"), "metadata.name")
+    at, start = _read_version(store, query)
+    if at is None:
+        objs = store.list(resource.qualified, namespace, name)
+        at = store.rv
+    else:
+        try:
+            objs = store.list_at(resource.qualified, namespace, at, name)
+        except Expired as exc:
+            if not query.get("continue"):
+                raise ApiError(410, "Expired", str(exc)) from exc
+            # An inconsistent token for the rest, read at the current version.
+            inconsistent = {"continue": _encode_continue(-1, start)}
+            raise ApiError(410, "Expired", CONTINUE_EXPIRED, list_meta=inconsistent) from exc
+    items = [obj for obj in objs if labels_match(labels, obj) and fields(obj)]
+    if start:
+        items = [obj for obj in items if _key(obj) >= start]
+    meta: dict[str, Any] = {"resourceVersion": str(at), "continue": ""}
+    limit = int(query.get("limit") or 0)
+    if 0 < limit < len(items):
+        rest = items[limit:]
+        items = items[:limit]
+        meta["continue"] = _encode_continue(at, _key(rest[0]))
+        meta["remainingItemCount"] = len(rest)
+    return {
+        "apiVersion": resource.group_version,
+        "kind": resource.list_kind,
+        "metadata": meta,
+        "items": items,
+    }
+
+
+def _bookmark(resource: ResourceType, rv: int, initial_end: bool = False) -> bytes:
+    meta: dict[str, Any] = {"resourceVersion": str(rv)}
+    if initial_end:
+        meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+    obj = {"apiVersion": resource.group_version, "kind": resource.kind, "metadata": meta}
+    return dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
+
+
+def _expired_line(exc: Expired) -> bytes:
+    error = ApiError(410, "Expired", str(exc))
+    return dumps({"type": "ERROR", "object": error.to_json()}) + b"\n"
+
+
+def check_watch_options(query: Mapping[str, str]) -> None:
+    if (
+        query_flag(query, "sendInitialEvents")
+        and query.get("resourceVersionMatch") != "NotOlderThan"
+    ):
+        raise _list_options_error(
+            _FORBIDDEN,
+            "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+        )
+
+
+# A watch whose client has this much unread: it is cut off, as the real server cuts off
+# a watcher that does not keep up; its informer relists.
+WATCH_BUFFER_LIMIT = 16 * 1024 * 1024
+
+
+async def serve_watch(
+    request: Request,
+    stream: Stream,
+    store: Store,
+    resource: ResourceType,
+    namespace: str | None,
+    bookmark_interval: float,
+    encode: Callable[[bytes], bytes] | None = None,
+    buffer_limit: int = WATCH_BUFFER_LIMIT,
+) -> None:
+    """Stream newline-delimited watch events until the timeout, a drop, or the client goes.
+
+    Events reach the stream as they are committed, by the store's call (the stream sends
+    them at the end of that turn of the event loop); this coroutine only starts the
+    stream, sends bookmarks and ends it.
+    ``encode`` rewrites each event line (e.g. into a Table row for ``kubectl get -w``)."""
+    query = request.query
+    check_watch_options(query)
+    labels = parse_label_selector(query.get("labelSelector"))
+    fields = parse_field_selector(query.get("fieldSelector"))
+    rv_text = query.get("resourceVersion", "")
+    initial = query_flag(query, "sendInitialEvents") or rv_text in ("", "0")
+    bookmarks = query_flag(query, "allowWatchBookmarks")
+    if not initial:
+        try:
+            since_rv = int(rv_text)
+        except ValueError as exc:
+            raise status.bad_request(f"invalid resource version: {rv_text}") from exc
+
+    def write(line: bytes) -> None:
+        stream.write(line if encode is None else encode(line))
+
+    def send(line: bytes) -> None:
+        write(line)
+        if stream.buffered > buffer_limit:
+            watcher.close()
+
+    # From here to the stream's start nothing awaits, so no event is committed between the
+    # watcher's registration and the current state it starts from: every later event
+    # reaches the client once, none twice.
+    field_selector = query.get("fieldSelector")
+    name = pinned_value(field_selector, "metadata.name")
+    name_only = name is not None and sole_value(field_selector, "metadata.name") == name
+    selector = (query.get("labelSelector") or "", field_selector or "")
+    watcher = store.watch(
+        resource.qualified,
+        namespace,
+        labels,
+        fields,
+        send,
+        name=name,
+        selector=selector,
+        name_only=name_only,
+    )
+    try:
+        stream.start(200, "application/json")
+        if initial:
+            for obj in store.list(resource.qualified, namespace, name):
+                if labels_match(labels, obj) and fields(obj):
+                    write(dumps({"type": "ADDED", "object": obj}) + b"\n")
+            if bookmarks:
+                write(_bookmark(resource, store.rv, initial_end=True))
+        else:
+            try:
+                since = store.events_since(resource.qualified, since_rv)
+            except Expired as exc:
+                write(_expired_line(exc))
+                return
+            for event in since:
+                event_type = watcher.event_type(event)
+                if event_type is not None:
+                    write(event.line(event_type))
+        await _wait(stream, store, watcher, resource, query, bookmarks, bookmark_interval)
+    finally:
+        store.unwatch(watcher)
+
+
+async def _wait(
+    stream: Stream,
+    store: Store,
+    watcher: Watcher,
+    resource: ResourceType,
+    query: Mapping[str, str],
+    bookmarks: bool,
+    bookmark_interval: float,
+) -> None:
+    """Until the watch ends: bookmarks every ``bookmark_interval`` if asked for, and one
+    at ``timeoutSeconds``."""
+    timeout = float(query.get("timeoutSeconds") or 0)
+    deadline = time.monotonic() + timeout if timeout > 0 else None
+    while not watcher.closed:
+        wait = bookmark_interval if bookmarks else None
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            wait = left if wait is None else min(wait, left)
+        try:
+            async with asyncio.timeout(wait):
+                await watcher.ended.wait()
+        except TimeoutError:
+            if deadline is not None and time.monotonic() >= deadline:
+                break  # the closing bookmark below marks the end
+            if bookmarks and not watcher.closed:
+                # Every event committed so far has been written: the store's
+                # resourceVersion is a safe resume point.
+                stream.write(_bookmark(resource, store.rv))
+            continue
+        return
+    if bookmarks and not watcher.closed:
+        stream.write(_bookmark(resource, store.rv))

@@ -1,0 +1,391 @@
+"""Create, read, update, patch and delete of stored objects, as the API server does them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..common import status
+from ..common.faults import RequestInfo
+from ..common.resources import ResourceType
+from ..common.status import ApiError
+from ..schema.schema import StructuralSchema
+from ..storage import objects
+from ..storage.apply import apply_for_store
+from ..storage.fieldmanager import manager_from_user_agent, track_update
+from ..storage.objectmeta import validate_name
+from ..storage.patches import (
+    PatchError,
+    decode_patch,
+    json_merge_patch,
+    json_patch,
+    strategic_merge_patch,
+)
+from ..storage.store import Obj, Store
+from ..storage.typedops import json_copy
+from . import bodies
+from .routing import query_flag
+
+
+@dataclass
+class Call:
+    """One resource request, decoded."""
+
+    info: RequestInfo
+    resource: ResourceType
+    query: Mapping[str, str]
+    body: bytes = b""
+    content_type: str = ""
+    user_agent: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def dry_run(self) -> bool:
+        return self.query.get("dryRun") == "All"
+
+    @property
+    def manager(self) -> str:
+        return self.query.get("fieldManager") or manager_from_user_agent(self.user_agent)
+
+
+@dataclass
+class Answer:
+    code: int
+    body: Obj
+
+
+def _object_body(call: Call) -> Obj:
+    return bodies.decode_object(call.body, call.content_type)
+
+
+class ResourceApi:
+    """The stored-object verbs of the development cluster."""
+
+    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
+        self.store = store
+        self.clock = clock
+        self._schemas: dict[str, StructuralSchema] = {}
+
+    def schema(self, resource: ResourceType) -> StructuralSchema | None:
+        if resource.schema is None:
+            return None
+        found = self._schemas.get(resource.qualified)
+        if found is None:
+            found = self._schemas[resource.qualified] = StructuralSchema(resource.schema)
+        return found
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _not_found(self, resource: ResourceType, name: str) -> ApiError:
+        return status.not_found(resource.qualified, resource.group, resource.plural, name)
+
+    def _live(self, call: Call) -> Obj:
+        obj = self.store.get(call.resource.qualified, call.info.namespace, call.info.name)
+        if obj is None:
+            raise self._not_found(call.resource, call.info.name)
+        return obj
+
+    def _check_rv(self, call: Call, live: Obj, sent: Any) -> None:
+        if sent and str(sent) != live["metadata"]["resourceVersion"]:
+            r = call.resource
+            raise status.conflict(r.qualified, r.group, r.plural, call.info.name)
+
+    def _admit(self, call: Call, obj: Obj, old: Obj | None) -> Obj:
+        """``obj`` pruned, defaulted and validated as the CRD's schema says: ``obj`` itself
+        when pruning and defaulting have nothing to do (the usual status write, whose
+        status may be part of the request or of the stored object), else a copy of the
+        parts that are not ``obj``'s own (_private_copy), pruned and defaulted in place."""
+        resource = call.resource
+        causes: list[status.Cause] = []
+        if old is None:
+            namespaced_or_custom = resource.namespaced or not resource.builtin
+            causes += validate_name(
+                obj["metadata"]["name"], namespaced_or_custom=namespaced_or_custom
+            )
+        schema = self.schema(resource)
+        if schema is not None:
+            unknown: list[str] = []
+            if not schema.admits_as_is(obj, old):
+                obj = _private_copy(call, obj)
+                unknown = schema.prune(obj)
+                schema.apply_defaults(obj)
+            self._unknown_fields(call, unknown)
+            causes += schema.validate(
+                obj, old, subresource=call.info.subresource or None, prior=causes
+            )
+        if causes:
+            name = obj["metadata"]["name"]
+            raise status.invalid(
+                resource.kind_qualified, resource.group, resource.kind, name, causes
+            )
+        return obj
+
+    def _unknown_fields(self, call: Call, unknown: list[str]) -> None:
+        if not unknown:
+            return
+        mode = call.query.get("fieldValidation", "Warn")
+        if mode == "Strict":
+            joined = ", ".join(f'unknown field "{path}"' for path in unknown)
+            raise status.bad_request(f"strict decoding error: {joined}")
+        if mode != "Ignore":
+            call.warnings.extend(f'unknown field "{path}"' for path in unknown)
+
+    def _store(self, call: Call, new: Obj, old: Obj | None) -> Obj:
+        if call.dry_run:
+            return new
+        if old is None:
+            return self.store.create(call.resource.qualified, new)
+        if objects.unchanged(old, new):
+            return old
+        return self.store.update(call.resource.qualified, new, old)
+
+    # -- verbs ---------------------------------------------------------------------------
+
+    def get(self, call: Call) -> Answer:
+        return Answer(200, self._live(call))
+
+    def create(self, call: Call) -> Answer:
+        resource, info = call.resource, call.info
+        body = _object_body(call)
+        meta = body.get("metadata") or {}
+        if not meta.get("name"):
+            if meta.get("generateName"):
+                meta["name"] = meta["generateName"] + objects.random_suffix()
+                body["metadata"] = meta
+            else:
+                raise status.invalid(
+                    resource.kind_qualified,
+                    resource.group,
+                    resource.kind,
+                    "",
+                    [
+                        status.Cause(
+                            "FieldValueRequired",
+                            "Required value: name or generateName is required",
+                            "metadata.name",
+                        )
+                    ],
+                )
+        if resource.namespaced:
+            sent_ns = meta.get("namespace")
+            if sent_ns and sent_ns != info.namespace:
+                raise status.bad_request(
+                    "the namespace of the provided object does not match "
+                    "the namespace sent on the request"
+                )
+            if self.store.get("namespaces", "", info.namespace) is None:
+                raise status.not_found("namespaces", "", "namespaces", info.namespace)
+        new = objects.for_create(resource, body, info.namespace, self.clock())
+        new = self._admit(call, new, None)
+        name = new["metadata"]["name"]
+        if self.store.get(resource.qualified, info.namespace, name) is not None:
+            raise status.already_exists(resource.qualified, resource.group, resource.plural, name)
+        track_update(
+            None,
+            new,
+            manager=call.manager,
+            subresource=None,
+            api_version=resource.group_version,
+            now=objects.rfc3339(self.clock()),
+            schema=resource.schema,
+            share=True,
+        )
+        return Answer(201, self._store(call, new, None))
+
+    def update(self, call: Call) -> Answer:
+        resource = call.resource
+        body = _object_body(call)
+        meta = body.get("metadata") or {}
+        if meta.get("name") and meta["name"] != call.info.name:
+            raise status.bad_request(
+                f"the name of the object ({meta['name']}) does not match "
+                f"the name on the URL ({call.info.name})"
+            )
+        live = self._live(call)
+        if not meta.get("resourceVersion") and not resource.builtin:
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{resource.qualified} "{call.info.name}" is invalid: metadata.resourceVersion: '
+                "Invalid value: 0: must be specified for an update",
+                {
+                    "name": call.info.name,
+                    "group": resource.group,
+                    "kind": resource.plural,
+                    "causes": [
+                        status.Cause(
+                            "FieldValueInvalid",
+                            "Invalid value: 0: must be specified for an update",
+                            "metadata.resourceVersion",
+                        ).to_json()
+                    ],
+                },
+            )
+        self._check_rv(call, live, meta.get("resourceVersion"))
+        return self._write(call, live, body)
+
+    def _write(self, call: Call, live: Obj, computed: Obj) -> Answer:
+        """Store the outcome of an Update-type write (PUT or a non-apply patch)."""
+        resource = call.resource
+        if call.info.subresource == "status":
+            new = objects.for_status_update(live, computed)
+        else:
+            new = objects.for_main_update(resource, live, computed)
+        new["metadata"]["managedFields"] = live["metadata"].get("managedFields", [])
+        new = self._admit(call, new, live)
+        track_update(
+            live,
+            new,
+            manager=call.manager,
+            subresource=call.info.subresource or None,
+            api_version=resource.group_version,
+            now=objects.rfc3339(self.clock()),
+            schema=resource.schema,
+            share=True,
+        )
+        return Answer(200, self._store(call, new, live))
+
+    def patch(self, call: Call) -> Answer:
+        kind = bodies.media_type(call.content_type)
+        if kind == bodies.APPLY:
+            return self._apply(call)
+        if kind not in (bodies.MERGE, bodies.JSON_PATCH) and not (
+            kind == bodies.STRATEGIC and call.resource.builtin
+        ):
+            raise status.unsupported_media_type()
+        live = self._live(call)
+        try:
+            patch = decode_patch(call.body)
+            if kind == bodies.JSON_PATCH:
+                patched = json_patch(live, patch)
+            elif kind == bodies.STRATEGIC:
+                patched = strategic_merge_patch(live, patch)
+            else:
+                patched = json_merge_patch(live, patch)
+        except PatchError as exc:
+            raise _patch_failure(exc) from exc
+        if isinstance(patch, dict):
+            self._check_rv(call, live, (patch.get("metadata") or {}).get("resourceVersion"))
+        if not isinstance(patched, dict):
+            raise ApiError(
+                422, "Invalid", "the server rejected our request due to an error in our request", {}
+            )
+        return self._write(call, live, patched)
+
+    def _apply(self, call: Call) -> Answer:
+        resource, info = call.resource, call.info
+        manager = call.query.get("fieldManager")
+        if not manager or len(manager) > 128:
+            cause = (
+                status.Cause(
+                    "FieldValueRequired",
+                    "Required value: is required for apply patch",
+                    "fieldManager",
+                )
+                if not manager
+                else status.Cause(
+                    "FieldValueTooLong", "Too long: may not be more than 128 bytes", "fieldManager"
+                )
+            )
+            raise ApiError(
+                422,
+                "Invalid",
+                f'PatchOptions.meta.k8s.io "" is invalid: fieldManager: {cause.message}',
+                {"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [cause.to_json()]},
+            )
+        config = bodies.decode_apply(call.body)
+        meta = config.get("metadata") or {}
+        if meta.get("name") and meta["name"] != info.name:
+            raise status.bad_request(
+                f"the name of the object ({meta['name']}) does not match "
+                f"the name on the URL ({info.name})"
+            )
+        force = query_flag(call.query, "force")
+        now = objects.rfc3339(self.clock())
+        live = self.store.get(resource.qualified, info.namespace, info.name)
+        if live is None:
+            if info.subresource:
+                raise self._not_found(resource, info.name)
+            config.setdefault("metadata", {})["name"] = info.name
+            applied = apply_for_store(
+                None,
+                config,
+                manager=manager,
+                subresource=None,
+                force=force,
+                resource=resource,
+                now=now,
+            )
+            return self.create_from(call, applied)
+        self._check_rv(call, live, meta.get("resourceVersion"))
+        applied = apply_for_store(
+            live,
+            config,
+            manager=manager,
+            subresource=info.subresource or None,
+            force=force,
+            resource=resource,
+            now=now,
+        )
+        if info.subresource == "status":
+            new = objects.for_status_update(live, applied)
+        else:
+            new = objects.for_main_update(resource, live, applied)
+        new = self._admit(call, new, live)
+        return Answer(200, self._store(call, new, live))
+
+    def create_from(self, call: Call, applied: Obj) -> Answer:
+        """Apply to a missing object creates it (main resource only)."""
+        resource, info = call.resource, call.info
+        if resource.namespaced and self.store.get("namespaces", "", info.namespace) is None:
+            raise status.not_found("namespaces", "", "namespaces", info.namespace)
+        managed = applied.get("metadata", {}).get("managedFields", [])
+        new = objects.for_create(resource, applied, info.namespace, self.clock())
+        new["metadata"]["managedFields"] = managed
+        new = self._admit(call, new, None)
+        return Answer(201, self._store(call, new, None))
+
+    def delete(self, call: Call) -> Answer:
+        resource, info = call.resource, call.info
+        live = self._live(call)
+        if call.body:
+            options = bodies.decode_object(call.body, call.content_type)
+            pre = (options or {}).get("preconditions") or {} if isinstance(options, dict) else {}
+            if pre.get("uid") and pre["uid"] != live["metadata"]["uid"]:
+                raise status.conflict(
+                    resource.qualified, resource.group, resource.plural, info.name
+                )
+            self._check_rv(call, live, pre.get("resourceVersion"))
+        if call.dry_run:
+            return Answer(200, live)
+        if resource.plural == "namespaces" and resource.builtin:
+            # No namespace controller here: the namespace's objects go with it at once.
+            for kind in list(self.store.all_resources()):
+                for obj in self.store.list(kind, info.name):
+                    self.store.delete(kind, info.name, obj["metadata"]["name"])
+        deleted = self.store.delete(resource.qualified, info.namespace, info.name)
+        assert deleted is not None
+        return Answer(200, deleted)
+
+
+def _private_copy(call: Call, obj: Obj) -> Obj:
+    """``obj`` as the in-place walks had it before they could be skipped: a write to
+    ``/status`` gets a copy of its status (objects.for_status_update shares the one it
+    was given; the rest is the stored object's, as ever); other writes made a deep copy
+    of their own already (objects.for_create, objects.for_main_update)."""
+    if call.info.subresource == "status" and "status" in obj:
+        return {**obj, "status": json_copy(obj["status"])}
+    return obj
+
+
+def _patch_failure(exc: PatchError) -> ApiError:
+    """A patch that does not decode or apply, answered with the real server's code: a
+    failing JSON patch operation is a bare 422 without details."""
+    if exc.code == 400:
+        return status.bad_request(exc.message)
+    if exc.code == 500:
+        return ApiError(500, "InternalError", exc.message)
+    return ApiError(
+        422, "Invalid", "the server rejected our request due to an error in our request", {}
+    )

@@ -1,0 +1,2 @@
+"""The object store and what a write does to an object: metadata, patches, server-side
+apply with managed fields, label and field selectors."""

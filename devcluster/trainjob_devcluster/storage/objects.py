@@ -1,0 +1,158 @@
+"""How a write turns a request body into the object to store (pure).
+
+The rules are the API server's registry strategies: writes to the main resource never
+change ``.status`` of a type with a status subresource, writes to ``/status`` change
+nothing but ``.status``, system metadata is the server's, ``generation`` moves only
+when something outside metadata and status changes.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import functools
+import uuid
+from typing import Any
+
+from ..common.resources import ResourceType
+
+Obj = dict[str, Any]
+
+# Metadata the server owns: a client's values for these are ignored on every write.
+SYSTEM_METADATA = (
+    "uid",
+    "creationTimestamp",
+    "resourceVersion",
+    "generation",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+)
+
+
+def rfc3339(now: float) -> str:
+    """Seconds precision, UTC, ``Z``: the metav1.Time wire form."""
+    return _rfc3339(int(now))
+
+
+@functools.lru_cache(maxsize=64)
+def _rfc3339(seconds: int) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _has_status(resource: ResourceType) -> bool:
+    return "status" in resource.subresources
+
+
+def _tracks_generation(resource: ResourceType, obj: Obj) -> bool:
+    return not resource.builtin or "spec" in obj
+
+
+def _spec_part(obj: Obj) -> Obj:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
+def initial_status(resource: ResourceType) -> Obj | None:
+    """What ``.status`` a new object starts with (no kubelet: pods stay Pending)."""
+    if resource.plural == "pods" and resource.builtin:
+        return {"phase": "Pending", "qosClass": "BestEffort"}
+    if resource.plural == "namespaces" and resource.builtin:
+        return {"phase": "Active"}
+    return None
+
+
+def for_create(resource: ResourceType, body: Obj, namespace: str, now: float) -> Obj:
+    """The object a POST stores: identity and timestamps set, status as the server says."""
+    obj = copy.deepcopy(body)
+    obj["apiVersion"] = resource.group_version
+    obj["kind"] = resource.kind
+    meta = obj.setdefault("metadata", {})
+    for key in SYSTEM_METADATA:
+        meta.pop(key, None)
+    if resource.namespaced:
+        meta["namespace"] = namespace
+    else:
+        meta.pop("namespace", None)
+    meta["uid"] = str(uuid.uuid4())
+    meta["creationTimestamp"] = rfc3339(now)
+    if _tracks_generation(resource, obj):
+        meta["generation"] = 1
+    if _has_status(resource) or resource.plural == "namespaces":
+        obj.pop("status", None)
+        status = initial_status(resource)
+        if status is not None:
+            obj["status"] = status
+    if resource.plural == "pods" and resource.builtin:
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("serviceAccountName", "default")
+        spec.setdefault("serviceAccount", spec["serviceAccountName"])
+    if resource.plural == "namespaces" and resource.builtin:
+        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
+    return obj
+
+
+def for_main_update(resource: ResourceType, old: Obj, new: Obj) -> Obj:
+    """The object a write to the main resource stores, given the object it computed."""
+    obj = copy.deepcopy(new)
+    obj["apiVersion"] = resource.group_version
+    obj["kind"] = resource.kind
+    meta = obj.setdefault("metadata", {})
+    old_meta = old["metadata"]
+    for key in SYSTEM_METADATA:
+        if key in old_meta:
+            meta[key] = old_meta[key]
+        else:
+            meta.pop(key, None)
+    meta["name"] = old_meta["name"]
+    if "namespace" in old_meta:
+        meta["namespace"] = old_meta["namespace"]
+    if _has_status(resource):
+        if "status" in old:
+            obj["status"] = copy.deepcopy(old["status"])
+        else:
+            obj.pop("status", None)
+    if "generation" in old_meta and _spec_part(obj) != _spec_part(old):
+        meta["generation"] = old_meta["generation"] + 1
+    return obj
+
+
+def for_status_update(old: Obj, new: Obj) -> Obj:
+    """The object a write to ``/status`` stores: the old object with the new status.
+
+    Only the top level and the metadata are its own: the status is ``new``'s, which
+    admission (StructuralSchema.admitted) copies where it changes anything, and the rest
+    is ``old``'s. Nothing changes a stored object, so the stored result may share them."""
+    obj = {k: v for k, v in old.items() if k != "status"}
+    obj["metadata"] = dict(old["metadata"])
+    if "managedFields" in new.get("metadata", {}):
+        obj["metadata"]["managedFields"] = new["metadata"]["managedFields"]
+    if "status" in new:
+        obj["status"] = new["status"]
+    return obj
+
+
+def _without_bookkeeping(obj: Obj) -> Obj:
+    meta = {k: v for k, v in obj.get("metadata", {}).items() if k != "resourceVersion"}
+    if "managedFields" in meta:
+        meta["managedFields"] = [
+            {k: v for k, v in entry.items() if k != "time"} for entry in meta["managedFields"]
+        ]
+    return {**obj, "metadata": meta}
+
+
+def unchanged(old: Obj, new: Obj) -> bool:
+    """A write that changes nothing but managedFields times is not stored (no new
+    resourceVersion, no watch event), as on a real server."""
+    for key, value in old.items():
+        # The usual answer (the spec or status changed), without copying metadata.
+        if key != "metadata" and (key not in new or not (new[key] is value or new[key] == value)):
+            return False
+    return _without_bookkeeping(old) == _without_bookkeeping(new)
+
+
+def random_suffix() -> str:
+    """Five characters from the alphabet the API server uses for generateName."""
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    raw = uuid.uuid4().int
+    return "".join(alphabet[(raw >> (5 * i)) % len(alphabet)] for i in range(5))

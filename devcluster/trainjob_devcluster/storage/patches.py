@@ -1,0 +1,382 @@
+"""The three non-apply patch formats: JSON merge patch, JSON patch, strategic merge patch.
+
+They follow the libraries a real API server uses (evanphx/json-patch and apimachinery's
+strategicpatch) where those differ from the RFCs in ways a client can see: a merge patch
+must be a JSON object, nulls inside objects a merge patch adds are dropped, ``test`` with a
+null value passes on a missing member, and array indices may count from the end.
+
+All functions return a new document; their arguments are never modified.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..common.gofmt import go_quote, go_v
+from .typedops import json_copy, json_equal
+
+__all__ = [
+    "PatchError",
+    "decode_patch",
+    "json_merge_patch",
+    "json_patch",
+    "strategic_merge_patch",
+]
+
+
+class PatchError(Exception):
+    """A patch that cannot be applied. ``code`` is what a real server answers: 422 for a
+    JSON patch operation that fails, 400 for a patch document of the wrong shape, 500 for
+    an unknown strategic ``$patch`` directive."""
+
+    def __init__(self, message: str, code: int = 422) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+# -- decoding ---------------------------------------------------------------------------
+
+
+def _go_char(ch: str) -> str:
+    """A character as Go's JSON scanner quotes the offending byte: ``'}'``, ``'\\n'``."""
+    char = chr(ch.encode()[0]) if ch else "\x00"
+    if char in "'\"":
+        return "'\\''" if char == "'" else "'\"'"
+    return "'" + go_quote(char)[1:-1] + "'"
+
+
+def _innermost(text: str, pos: int) -> str:
+    """The kind of container open at ``pos`` (``{`` or ``[``), strings skipped."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in text[:pos]:
+        if in_string:
+            escaped = not escaped and ch == "\\"
+            in_string = escaped or ch != '"'
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append(ch)
+        elif ch in "}]" and stack:
+            stack.pop()
+    return stack[-1] if stack else ""
+
+
+def _go_json_error(text: str, exc: json.JSONDecodeError) -> str:
+    """Python's JSON error reworded as Go's encoding/json words it."""
+    pos, msg = exc.pos, exc.msg
+    if pos >= len(text.rstrip()) or msg.startswith("Unterminated string"):
+        return "unexpected end of JSON input"
+    ch = text[pos]
+    if msg.startswith("Expecting property name"):
+        where = "looking for beginning of object key string"
+    elif msg.startswith("Expecting ':'"):
+        where = "after object key"
+    elif msg.startswith("Expecting ','"):
+        inside = _innermost(text, pos)
+        where = "after object key:value pair" if inside == "{" else "after array element"
+    elif msg.startswith("Invalid control character"):
+        where = "in string literal"
+    elif msg.startswith("Invalid \\escape"):
+        ch, where = text[pos + 1 : pos + 2], "in string escape code"
+    elif msg.startswith("Extra data"):
+        where = "after top-level value"
+    else:
+        where = "looking for beginning of value"
+    return f"invalid character {_go_char(ch)} {where}"
+
+
+def _reject_constant(name: str) -> Any:
+    raise json.JSONDecodeError("Expecting value", name, 0)
+
+
+def decode_patch(body: bytes) -> Any:
+    """A patch document's JSON; PatchError (400) ``error decoding patch: ...`` if it is
+    not JSON, worded as a real server words it."""
+    text = body.decode("utf-8", errors="replace")
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        if exc.doc != text:  # NaN/Infinity: Go has no such literal
+            exc = json.JSONDecodeError(exc.msg, text, text.find(exc.doc))
+        raise PatchError(f"error decoding patch: {_go_json_error(text, exc)}", 400) from exc
+
+
+# -- JSON merge patch (RFC 7386) --------------------------------------------------------
+
+
+def _prune_nulls(value: Any) -> Any:
+    """Drop null members of objects, at any depth (null array items stay)."""
+    if isinstance(value, dict):
+        return {k: _prune_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_prune_nulls(v) for v in value]
+    return value
+
+
+def _merge_into(doc: dict[str, Any], patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        current = doc.get(key)
+        if value is None:
+            doc.pop(key, None)
+        elif isinstance(current, dict) and isinstance(value, dict):
+            _merge_into(current, value)
+        elif isinstance(current, dict):
+            # Replacing an object by a non-object keeps the new value as sent.
+            doc[key] = json_copy(value)
+        else:
+            doc[key] = _prune_nulls(value)
+
+
+def json_merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge member by member, null deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        raise PatchError("Invalid JSON Patch", 400)
+    if not isinstance(target, dict):
+        return _prune_nulls(patch)
+    doc = json_copy(target)
+    _merge_into(doc, patch)
+    return doc
+
+
+# -- JSON patch (RFC 6902) and pointers (RFC 6901) --------------------------------------
+
+
+def _tokens(pointer: Any) -> list[str]:
+    if not isinstance(pointer, str):
+        raise PatchError("path must be a string")
+    if pointer == "":
+        return []
+    if not pointer.startswith("/"):
+        raise PatchError(f'JSON pointer must be empty or start with a "/": {pointer}')
+    return [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
+
+
+def _index(token: str, size: int, *, inserting: bool) -> int:
+    """An array index; negative ones count from the end, ``-`` appends when inserting."""
+    if inserting and token == "-":
+        return size
+    text = token[1:] if token[:1] in "+-" else token
+    if not text.isdigit():
+        raise PatchError(f"invalid array index: {token}")
+    index = int(token)
+    limit = size if inserting else size - 1
+    if index < -size or index > limit:
+        raise PatchError(f"array index out of bounds: {token}")
+    return index + size if index < 0 else index
+
+
+def _container(doc: Any, tokens: list[str], pointer: str) -> Any:
+    node = doc
+    for token in tokens[:-1]:
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list):
+            try:
+                node = node[_index(token, len(node), inserting=False)]
+            except PatchError as exc:
+                raise PatchError(f"doc is missing path: {pointer}") from exc
+        else:
+            raise PatchError(f"doc is missing path: {pointer}")
+    if not isinstance(node, dict | list):
+        raise PatchError(f"doc is missing path: {pointer}")
+    return node
+
+
+def _get(doc: Any, pointer: Any) -> Any:
+    tokens = _tokens(pointer)
+    if not tokens:
+        return doc
+    node, last = _container(doc, tokens, pointer), tokens[-1]
+    if isinstance(node, dict):
+        if last not in node:
+            raise PatchError(f"doc is missing key: {pointer}")
+        return node[last]
+    return node[_index(last, len(node), inserting=False)]
+
+
+def _add(doc: Any, pointer: Any, value: Any) -> None:
+    tokens = _tokens(pointer)
+    if not tokens:
+        raise PatchError("add operation does not apply: doc is missing path: ")
+    node, last = _container(doc, tokens, pointer), tokens[-1]
+    if isinstance(node, dict):
+        node[last] = value
+    else:
+        node.insert(_index(last, len(node), inserting=True), value)
+
+
+def _remove(doc: Any, pointer: Any) -> Any:
+    tokens = _tokens(pointer)
+    if not tokens:
+        raise PatchError("remove operation does not apply: doc is missing path: ")
+    node, last = _container(doc, tokens, pointer), tokens[-1]
+    if isinstance(node, dict):
+        if last not in node:
+            raise PatchError(f"remove operation does not apply: doc is missing key: {pointer}")
+        return node.pop(last)
+    return node.pop(_index(last, len(node), inserting=False))
+
+
+def _replace(doc: Any, pointer: Any, value: Any) -> None:
+    tokens = _tokens(pointer)
+    if not tokens:
+        raise PatchError("replace operation does not apply: doc is missing path: ")
+    node, last = _container(doc, tokens, pointer), tokens[-1]
+    if isinstance(node, dict):
+        if last not in node:
+            raise PatchError(f"replace operation does not apply: doc is missing key: {pointer}")
+        node[last] = value
+    else:
+        node[_index(last, len(node), inserting=False)] = value
+
+
+def _test(doc: Any, pointer: Any, value: Any) -> None:
+    try:
+        current = _get(doc, pointer)
+    except PatchError:
+        # A null test value matches a missing member (evanphx/json-patch v4).
+        if value is None and _tokens(pointer):
+            _container(doc, _tokens(pointer), pointer)
+            return
+        raise
+    if not _same(current, value):
+        raise PatchError(f"testing value {pointer} failed")
+
+
+def _same(a: Any, b: Any) -> bool:
+    # Scalars compare as their JSON text does: 41 does not equal 41.0.
+    if isinstance(a, int | float) and isinstance(b, int | float) and type(a) is not type(b):
+        return False
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return json_equal(a, b)
+
+
+def json_patch(target: Any, operations: Any) -> Any:
+    """RFC 6902 add, remove, replace, move, copy and test, applied in order, all or none."""
+    if not isinstance(operations, list):
+        raise PatchError(
+            f"json: cannot unmarshal {_json_kind(operations)} "
+            "into Go value of type jsonpatch.Patch",
+            400,
+        )
+    doc = json_copy(target)
+    for op in operations:
+        if not isinstance(op, dict):
+            raise PatchError(
+                "json: cannot unmarshal into Go value of type jsonpatch.Operation", 400
+            )
+        kind, path = op.get("op"), op.get("path")
+        value = json_copy(op.get("value"))
+        if kind == "add":
+            _add(doc, path, value)
+        elif kind == "remove":
+            _remove(doc, path)
+        elif kind == "replace":
+            _replace(doc, path, value)
+        elif kind == "move":
+            moved = _remove(doc, op.get("from"))
+            _add(doc, path, moved)
+        elif kind == "copy":
+            _add(doc, path, json_copy(_get(doc, op.get("from"))))
+        elif kind == "test":
+            _test(doc, path, value)
+        else:
+            raise PatchError(f"Unexpected kind: {kind}")
+    return doc
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "bool"
+    if value is None:
+        return "null"
+    return "number"
+
+
+# -- strategic merge patch, without a schema --------------------------------------------
+
+_DELETE = object()
+_DIRECTIVE = "$patch"
+_RETAIN = "$retainKeys"
+_DELETE_FROM = "$deleteFromPrimitiveList/"
+_ORDER = "$setElementOrder/"
+
+
+def _is_directive_key(key: str) -> bool:
+    return key in (_DIRECTIVE, _RETAIN) or key.startswith((_DELETE_FROM, _ORDER))
+
+
+def _clean(value: Any) -> Any:
+    """A patch value stored as is: directives and null members dropped."""
+    if isinstance(value, dict):
+        merged = _smp_map({}, value)
+        return {} if merged is _DELETE else merged
+    if isinstance(value, list):
+        return [_clean(v) for v in value if not (isinstance(v, dict) and set(v) == {_DIRECTIVE})]
+    return value
+
+
+def _smp_map(original: dict[str, Any], patch: dict[str, Any]) -> Any:
+    directive = patch.get(_DIRECTIVE)
+    if directive == "delete":
+        return _DELETE
+    if directive == "replace":
+        return {
+            k: _clean(v) for k, v in patch.items() if not _is_directive_key(k) and v is not None
+        }
+    if directive not in (None, "merge"):
+        raise PatchError(f"unknown patch type: {directive} in map: {go_v(patch)}", 500)
+    doc = dict(original)
+    retain = patch.get(_RETAIN)
+    if retain is not None:
+        if not isinstance(retain, list):
+            raise PatchError("doc is not a list of keys to retain", 400)
+        stray = [k for k in patch if not _is_directive_key(k) and k not in retain]
+        if stray:
+            raise PatchError("The content of the patch doesn't match the retainKeys list")
+        doc = {k: v for k, v in doc.items() if k in retain}
+    for key, value in patch.items():
+        if key.startswith(_DELETE_FROM):
+            name = key[len(_DELETE_FROM) :]
+            if not isinstance(value, list):
+                raise PatchError("invalid patch: $deleteFromPrimitiveList must be a list", 400)
+            if isinstance(doc.get(name), list):
+                doc[name] = [v for v in doc[name] if not any(json_equal(v, d) for d in value)]
+    for key, value in patch.items():
+        if _is_directive_key(key):
+            continue
+        current = doc.get(key)
+        if value is None:
+            doc.pop(key, None)
+        elif isinstance(value, dict):
+            merged = _smp_map(current if isinstance(current, dict) else {}, value)
+            if merged is _DELETE:
+                doc.pop(key, None)
+            else:
+                doc[key] = merged
+        else:
+            # Without a schema there are no merge keys: lists are replaced, like scalars.
+            doc[key] = _clean(value)
+    return doc
+
+
+def strategic_merge_patch(target: Any, patch: Any) -> Any:
+    """A strategic merge patch for kinds without a schema (built-in kinds here): maps merge
+    as in a merge patch and honour ``$patch: replace|delete|merge``, ``$retainKeys`` and
+    ``$deleteFromPrimitiveList/``; ``$setElementOrder/`` is accepted and ignored; lists
+    are replaced whole."""
+    if not isinstance(patch, dict):
+        raise PatchError("Invalid JSON Patch", 400)
+    base = json_copy(target) if isinstance(target, dict) else {}
+    merged = _smp_map(base, patch)
+    return {} if merged is _DELETE else merged
