@@ -3,7 +3,11 @@ dropped connections; and kubernetes-asyncio's own watch against it."""
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
+
+import pytest
+import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
 
@@ -233,3 +237,47 @@ async def test_kubernetes_asyncio_watch(devcluster: DevCluster) -> None:
             seen.append((event["type"], event["object"]["metadata"]["name"]))
             break
         assert seen == [("ADDED", "seen")]
+
+
+@pytest_asyncio.fixture
+async def watching(api: Api, devcluster: DevCluster) -> AsyncIterator[asyncio.Task[Any]]:
+    """A watch on the namespace's ConfigMaps, open (its answer's headers in) when given."""
+    devcluster.ensure_namespace(NS)
+    opened = asyncio.Event()
+
+    async def watch() -> list[dict[str, Any]]:
+        headers = {"Authorization": f"Bearer {api.cluster.admin_token}"}
+        path = f"/api/v1/namespaces/{NS}/configmaps?watch=true&resourceVersion=0"
+        async with api.session.get(api.cluster.url + path, headers=headers) as response:
+            assert response.status == 200
+            opened.set()
+            return [json.loads(await response.content.readline())]
+
+    task = asyncio.create_task(watch())
+    await opened.wait()
+    yield task
+    task.cancel()
+
+
+@pytest.fixture
+def made_outside_the_loop(watching: asyncio.Task[Any], devcluster: DevCluster) -> str:
+    """A synchronous fixture runs between the event loop's runs, as the client's ``pod``
+    fixture does when it makes the TrainJob's JobSet, Job and pod."""
+    devcluster.create("configmaps", {"metadata": {"name": "from-a-fixture"}}, NS)
+    return "from-a-fixture"
+
+
+async def test_a_change_made_outside_the_running_loop_reaches_open_watches(
+    watching: asyncio.Task[Any], made_outside_the_loop: str
+) -> None:
+    events = await asyncio.wait_for(watching, 10)
+    assert summary(events) == [("ADDED", made_outside_the_loop)]
+
+
+async def test_a_change_made_on_another_thread_reaches_open_watches(
+    watching: asyncio.Task[Any], devcluster: DevCluster
+) -> None:
+    body = {"metadata": {"name": "from-a-thread"}}
+    await asyncio.to_thread(devcluster.create, "configmaps", body, NS)
+    events = await asyncio.wait_for(watching, 10)
+    assert summary(events) == [("ADDED", "from-a-thread")]

@@ -465,10 +465,22 @@ class HttpServer:
         self.connections: set[Connection] = set()
         self._server: asyncio.Server | None = None
         self._unflushed: list[Connection] = []  # connections holding write_soon's
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one start() listens on
 
     def flush_soon(self, connection: Connection) -> None:
         if not self._unflushed:
-            asyncio.get_running_loop().call_soon(self._flush)
+            assert self._loop is not None, "start() first"
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is self._loop:
+                self._loop.call_soon(self._flush)
+            else:
+                # An object changed outside the server's running loop (a test's synchronous
+                # fixture calls DevCluster.create between the loop's runs, or another
+                # thread does): its watchers' events go out when the loop runs next.
+                self._loop.call_soon_threadsafe(self._flush)
         self._unflushed.append(connection)
 
     def _flush(self) -> None:
@@ -477,7 +489,7 @@ class HttpServer:
             connection.flush()
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         context = self.ssl_context
         layered = context is not None and layers_tls_itself(loop)
 
