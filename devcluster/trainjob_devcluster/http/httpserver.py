@@ -25,6 +25,7 @@ import http
 import logging
 import socket
 import ssl
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -406,6 +407,11 @@ class Connection(asyncio.Protocol):
         instead of between pieces of request handling, which on these machines halves
         what a watch event costs or better and a write's answer a little; and what
         meets on one connection shares a record and a send."""
+        if self._server.on_another_thread():
+            # An object changed on another thread: the loop's own thread alone touches
+            # what is pending, so what it wrote goes there first.
+            self._server.call_on_loop(self.write_soon, data)
+            return
         if not self._pending:
             self._server.flush_soon(self)
         self._pending.append(data)
@@ -466,21 +472,23 @@ class HttpServer:
         self._server: asyncio.Server | None = None
         self._unflushed: list[Connection] = []  # connections holding write_soon's
         self._loop: asyncio.AbstractEventLoop | None = None  # the one start() listens on
+        self._thread = 0  # and the thread it runs on
+
+    def on_another_thread(self) -> bool:
+        """Whether the caller runs on a thread other than the one the server's loop runs on."""
+        return threading.get_ident() != self._thread
+
+    def call_on_loop(self, callback: Callable[..., object], *args: object) -> None:
+        """``callback(*args)`` on the server loop's thread, from any thread."""
+        assert self._loop is not None, "start() first"
+        self._loop.call_soon_threadsafe(callback, *args)
 
     def flush_soon(self, connection: Connection) -> None:
+        """On the loop's thread, running or not: a test's synchronous fixture changes
+        objects between the loop's runs, and the flush waits for the next one."""
+        assert self._loop is not None, "start() first"
         if not self._unflushed:
-            assert self._loop is not None, "start() first"
-            try:
-                running = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is self._loop:
-                self._loop.call_soon(self._flush)
-            else:
-                # An object changed outside the server's running loop (a test's synchronous
-                # fixture calls DevCluster.create between the loop's runs, or another
-                # thread does): its watchers' events go out when the loop runs next.
-                self._loop.call_soon_threadsafe(self._flush)
+            self._loop.call_soon(self._flush)
         self._unflushed.append(connection)
 
     def _flush(self) -> None:
@@ -490,6 +498,7 @@ class HttpServer:
 
     async def start(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
         context = self.ssl_context
         layered = context is not None and layers_tls_itself(loop)
 
