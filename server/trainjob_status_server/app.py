@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -48,6 +50,9 @@ LINGER_SECONDS = 2.0
 the body is read and dropped before closing, so the client can still read the answer
 rather than have it lost to a reset: aiohttp's default is 10 s, for which a stalled
 client would keep its connection slot after its 408."""
+
+# aiohttp's protocol settings every port shares: no access log (ours is answering.py's).
+QUIET: Mapping[str, Any] = {"access_log": None}
 
 METRICS_CONNECTIONS = 64
 """Open connections to the metrics port: scrapers keep one each."""
@@ -215,9 +220,12 @@ class StatusServer:
         connections: tuple[int, int],
         listener: str,
         first_request_timeout: float | None = None,
+        handler_settings: Mapping[str, Any] = QUIET,
     ) -> CappedSite:
         """Set ``runner`` up and serve it on ``port``; ``connections`` is (open at most,
-        from one address at most); ``first_request_timeout`` defaults to the flag's."""
+        from one address at most); ``first_request_timeout`` defaults to the flag's;
+        ``handler_settings`` are the keyword arguments ``runner``'s server was made with,
+        which each connection's protocol is made with too."""
         config = self.config
         await runner.setup()
         site = CappedSite(
@@ -233,6 +241,7 @@ class StatusServer:
                 write_timeout=config.write_timeout,
                 max_head_bytes=config.max_header_bytes,
             ),
+            handler_settings=handler_settings,
             listener=listener,
         )
         await site.start()
@@ -273,15 +282,15 @@ class StatusServer:
                 self.exporter.add_cache(self.token_auth.binding.pods)
         if self.tls is not None:
             await self.tls.start()
+        serving_settings: dict[str, Any] = {
+            **QUIET,
+            "keepalive_timeout": config.idle_timeout,
+            "lingering_time": LINGER_SECONDS,
+            # Bodies are decoded by the endpoint (http/codings.py): a bad one is a 400.
+            "auto_decompress": False,
+        }
         self._serving = web.ServerRunner(
-            web.Server(
-                self.serving_handler(),
-                access_log=None,
-                keepalive_timeout=config.idle_timeout,
-                lingering_time=LINGER_SECONDS,
-                # Bodies are decoded by the endpoint (http/codings.py): a bad one is a 400.
-                auto_decompress=False,
-            ),
+            web.Server(self.serving_handler(), **serving_settings),
             handle_signals=False,
             shutdown_timeout=config.shutdown_timeout,
         )
@@ -291,8 +300,9 @@ class StatusServer:
             None if self.tls is None else self.tls.context,
             (config.max_connections, config.max_connections_per_ip),
             "serving",
+            handler_settings=serving_settings,
         )
-        self._metrics = web.AppRunner(self.metrics_app(), access_log=None, handle_signals=False)
+        self._metrics = web.AppRunner(self.metrics_app(), **QUIET, handle_signals=False)
         self._metrics_site = await self._listen(
             self._metrics,
             config.metrics_port,
@@ -300,7 +310,7 @@ class StatusServer:
             (METRICS_CONNECTIONS, METRICS_CONNECTIONS_PER_IP),
             "metrics",
         )
-        self._probes = web.AppRunner(self.probe_app(), access_log=None, handle_signals=False)
+        self._probes = web.AppRunner(self.probe_app(), **QUIET, handle_signals=False)
         self._probe_site = await self._listen(
             self._probes,
             config.probe_port,

@@ -252,7 +252,8 @@ class TrainerStatus:
             return None
         return tuple(Metric(sys.intern(item["name"]), item["value"]) for item in items)
 
-    def _fields(self) -> tuple[Any, ...]:
+    def field_values(self) -> tuple[Any, ...]:
+        """The four fields, in order: what compares, hashes and copies an update."""
         return (
             self.progress_percentage,
             self.estimated_remaining_seconds,
@@ -263,10 +264,10 @@ class TrainerStatus:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TrainerStatus) or other.__class__ is not self.__class__:
             return NotImplemented
-        return self._fields() == other._fields()
+        return self.field_values() == other.field_values()
 
     def __hash__(self) -> int:
-        return hash(self._fields())
+        return hash(self.field_values())
 
     def __repr__(self) -> str:
         return (
@@ -276,7 +277,7 @@ class TrainerStatus:
         )
 
     def __reduce__(self) -> tuple[type[TrainerStatus], tuple[Any, ...]]:
-        return (type(self), self._fields())  # copy and pickle rebuild it from its fields
+        return (type(self), self.field_values())  # copy and pickle rebuild it from its fields
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
