@@ -22,9 +22,9 @@ from .certificates import certs
 from .certificates.certs import CertBootstrap, CertSettings, WebhookCABundle
 from .certificates.tls import ReloadingTLS
 from .config import Config
-from .failures import Unavailable
-from .http import errors, probes
+from .http import probes
 from .http.answering import no_server_header
+from .http.answers import Answer
 from .http.endpoint import StatusEndpoint
 from .http.listener import CappedSite, Limits
 from .http.metricsauth import REVIEWS_PER_SOURCE as METRICS_REVIEWS_PER_SOURCE
@@ -33,7 +33,6 @@ from .http.serving import ServingHandler
 from .http.webhook import INJECT_PATH, InjectorSettings, JobSetSteps, PodInjector
 from .kube.cache import WatchCache
 from .kube.client import KubeClient
-from .kube.errors import KubeUnavailable
 from .kube.ratelimit import TokenBucket
 from .kube.resources import TRAINJOBS
 from .kube.views import trainjob_view
@@ -41,6 +40,7 @@ from .metrics.exporter import Exporter
 from .pods.cadistribution import CADistribution
 from .pods.injection import Selector, Target
 from .status.coalescing import writes_in_flight
+from .status.lookup import CachedTrainJobs
 from .status.writer import CoalescingWriter, DirectWriter
 
 log = logging.getLogger(__name__)
@@ -125,8 +125,8 @@ class StatusServer:
         )
         self.endpoint = StatusEndpoint(
             authenticator=authenticator,
-            trainjob_exists=self._trainjob_exists,
-            write=self.writer.write,
+            trainjobs=CachedTrainJobs(self.trainjobs),
+            writer=self.writer,
             read_timeout=config.read_timeout,
         )
         # Scrapers' tokens are checked with a budget of their own.
@@ -155,24 +155,18 @@ class StatusServer:
     def ready(self) -> bool:
         return not self.shutting_down and self._site is not None and self.trainjobs.synced.is_set()
 
-    async def _trainjob_exists(self, namespace: str, name: str) -> bool:
-        try:
-            return await self.trainjobs.get_or_fetch(namespace, name) is not None
-        except KubeUnavailable as exc:
-            raise Unavailable.of(exc) from exc
-
     async def _healthz(self, _request: web.BaseRequest) -> web.Response:
-        return errors.Answer(text="ok")
+        return Answer(text="ok")
 
     async def _readyz(self, _request: web.BaseRequest) -> web.Response:
         if self.ready:
-            return errors.Answer(text="ok")
-        return errors.Answer(status=503, text="not ready")
+            return Answer(text="ok")
+        return Answer(status=503, text="not ready")
 
     # -- apps ------------------------------------------------------------------------
 
     def serving_handler(self) -> ServingHandler:
-        """The serving port's routes. Its answers are errors.Answer: no Server header."""
+        """The serving port's routes. Its answers are answers.Answer: no Server header."""
         return ServingHandler(
             self.endpoint.handle,
             gets={"/healthz": self._healthz, "/readyz": self._readyz},

@@ -17,8 +17,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from aiohttp import web
-
 from ..auth.failures import AuthFailure
 from ..failures import (
     AccessDenied,
@@ -31,10 +29,7 @@ from ..failures import (
     WriteFailed,
 )
 from ..status.validation import PayloadError, ValidationFailed
-from .aiohttp_internals import OneWriteResponse
-
-Answer = OneWriteResponse
-"""Every answer of the serving port: written in one piece, with no ``Server`` header."""
+from .answers import Answer, json_answer
 
 
 class StatusError(Exception):
@@ -71,11 +66,10 @@ class StatusError(Exception):
             out["details"] = self.details
         return out
 
-    def response(self) -> web.Response:
-        return Answer(
+    def response(self) -> Answer:
+        return json_answer(
+            json.dumps(self.body(), separators=(",", ":")).encode(),
             status=self.code,
-            body=json.dumps(self.body(), separators=(",", ":")).encode(),
-            content_type="application/json",
             headers=self.headers,
         )
 

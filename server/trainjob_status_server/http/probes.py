@@ -45,7 +45,7 @@ async def close_after(_request: web.Request, response: web.StreamResponse) -> No
 
 
 def closing(handler: Handler) -> Handler:
-    """``handler`` whose answers close their connection: ``errors.Answer`` frames its own
+    """``handler`` whose answers close their connection: ``answers.Answer`` frames its own
     head, without the prepare hooks."""
 
     async def closed(request: web.BaseRequest) -> web.Response:
