@@ -8,10 +8,8 @@ import asyncio
 import ssl
 from asyncio import sslproto
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any
 
-import aiohttp.helpers
 import pytest
 from aiohttp import web
 
@@ -35,10 +33,6 @@ def _response() -> object:
     return web.Response(body=b"{}", content_type="application/json")
 
 
-def _helpers() -> ModuleType:
-    return aiohttp.helpers
-
-
 def _tls() -> object:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     return sslproto.SSLProtocol(
@@ -51,7 +45,6 @@ MAKERS: dict[str, Callable[[], Any]] = {
     "aiohttp.web_protocol.RequestHandler (instance)": _request_handler,
     "aiohttp.web_runner.BaseSite (slot)": _site,
     "aiohttp.web_response.Response (instance)": _response,
-    "aiohttp.helpers": _helpers,
     "asyncio.sslproto.SSLProtocol (instance)": _tls,
 }
 

@@ -1,6 +1,7 @@
-"""``answers.Answer`` frames its head itself: over a real socket, every answer is byte for
-byte what aiohttp's own ``web.Response`` sends for the same request, less the ``Server``
-header (the ``Date`` value aside, which moves with the clock)."""
+"""``answers.Answer``, written a loop turn later and without ``Server``: over a real
+socket, every answer is byte for byte what aiohttp's own ``web.Response`` sends for the
+same request, less the ``Server`` header (the ``Date`` value aside, which moves with the
+clock)."""
 
 from __future__ import annotations
 

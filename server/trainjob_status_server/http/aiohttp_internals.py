@@ -13,10 +13,7 @@ What is used, by what:
 - ``RequestHandler._parser``, ``_reading_paused``, ``_buffer_paused``, ``_request_count``,
   ``_request_in_progress``, ``_messages``, ``_loop``: ``RequestHandlerBase``.
 - ``BaseSite._server``: ``attach_server``.
-- ``Response._payload_writer``, ``_eof_sent``, ``_body``, ``_chunked``, ``_compression``,
-  ``_cookies``, ``_req``, ``_keep_alive``, ``_must_be_empty_body``, ``_headers``,
-  ``_body_length``, ``_prepare_headers`` and the functions of ``aiohttp.helpers``:
-  ``OneWriteResponse``.
+- ``StreamResponse._prepare_headers`` (overridden): ``ServerlessResponse``.
 - asyncio's ``sslproto.SSLProtocol`` (a private module) and its ``_ssl_buffer``,
   ``_ssl_buffer_view``: ``SharedBufferTLS``.
 """
@@ -28,12 +25,9 @@ import ssl
 import weakref
 from asyncio import sslproto
 from collections.abc import Callable
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, TypeVar
 
 from aiohttp import hdrs, web
-from aiohttp.abc import AbstractStreamWriter
-from aiohttp.helpers import must_be_empty_body, rfc822_formatted_time, should_remove_content_length
-from aiohttp.http import HttpVersion10, HttpVersion11
 
 _Parser = TypeVar("_Parser")
 
@@ -93,94 +87,18 @@ def attach_server(site: web.BaseSite, server: asyncio.AbstractServer) -> None:
 # -- the answer (one per request) ----------------------------------------------------------
 
 
-class OneWriteResponse(web.Response):
-    """A response whose head this class writes itself, with the body, in one write: the
-    status line, its own headers, then ``Content-Length``, ``Date`` and ``Connection`` as
-    aiohttp would add them, and no ``Server`` header (aiohttp's names itself and the
-    Python version, telling a scanner which known bugs to try). aiohttp's general path
-    (a header map filled in several steps, a prepare hook, a serializer and a writer,
-    each in its own call) costs a post several µs more; docs/scaling.md has the figures.
-    A body aiohttp would stream or compress takes aiohttp's path.
+class ServerlessResponse(web.Response):
+    """aiohttp's response without the ``Server`` header aiohttp adds to every answer
+    (it names aiohttp and the Python version, telling a scanner which known bugs to
+    try). aiohttp adds it in ``StreamResponse._prepare_headers``, the one step between
+    the answer's own headers and their writing; the serving port runs on aiohttp's
+    low-level ``web.Server``, which has no ``on_response_prepare`` signal (the
+    Application's public way, used on the metrics and probe ports) to drop it there.
+    Without this override every answer of the serving port names aiohttp's version."""
 
-    It sets and reads the response's private state as ``StreamResponse.prepare``,
-    ``_start``, ``_prepare_headers`` and ``write_eof`` do, so that aiohttp's handler
-    finishes the request as it finishes its own answers. Without it every answer of the
-    serving port would also carry the ``Server`` header: the serving port runs on
-    ``web.Server``, which has no ``on_response_prepare`` signal to drop it."""
-
-    _message: bytes | None = None  # head and body, once prepared on the one-write path
-
-    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
-        if self._eof_sent:
-            return None
-        if self._payload_writer is not None:
-            return self._payload_writer
-        body = self._body
-        if self._chunked or self._compression or self._cookies or not _plain_body(body):
-            return await super().prepare(request)
-        self._req = request
-        writer = self._payload_writer = request.writer
-        head = self._frame(request, len(body) if body else 0)
-        self._message = head if self._must_be_empty_body or not body else head + body
-        return writer
-
-    async def _prepare_headers(self) -> None:  # aiohttp's path: only the Server header
+    async def _prepare_headers(self) -> None:
         await super()._prepare_headers()
         self.headers.popall(hdrs.SERVER, None)
-
-    def _frame(self, request: web.BaseRequest, length: int) -> bytes:
-        method = request.method
-        status = self.status
-        empty = self._must_be_empty_body = must_be_empty_body(method, status)
-        keep_alive = self._keep_alive
-        if keep_alive is None:
-            keep_alive = self._keep_alive = request.keep_alive
-        version = request.version
-        headers = self._headers
-        lines = [f"HTTP/{version.major}.{version.minor} {status} {self.reason}"]
-        for name, value in headers.items():
-            if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
-                raise ValueError("a newline in a response header")
-            lines.append(f"{name}: {value}")
-        if hdrs.CONTENT_LENGTH not in headers:
-            if empty:
-                if not should_remove_content_length(method, status) and length:
-                    lines.append(f"Content-Length: {length}")
-            elif length or (status != 304 and method != hdrs.METH_HEAD):
-                lines.append(f"Content-Length: {length}")
-        if length and not empty and hdrs.CONTENT_TYPE not in headers:
-            lines.append("Content-Type: application/octet-stream")
-        if hdrs.DATE not in headers:
-            lines.append(f"Date: {rfc822_formatted_time()}")
-        if hdrs.CONNECTION not in headers:
-            if keep_alive:
-                if version == HttpVersion10:
-                    lines.append("Connection: keep-alive")
-            elif version == HttpVersion11:
-                lines.append("Connection: close")
-        lines.append("\r\n")
-        return "\r\n".join(lines).encode()
-
-    async def write_eof(self, data: bytes = b"") -> None:
-        message = self._message
-        writer = self._payload_writer
-        if message is None or writer is None or self._eof_sent:
-            await super().write_eof(data)
-            return
-        self._message = None
-        # Written one loop turn later: after the loop has read (and started) the other
-        # requests that are ready now, the answers go out together (docs/scaling.md,
-        # "Answers written a loop turn later").
-        await asyncio.sleep(0)
-        await writer.write_eof(message)
-        self._eof_sent = True
-        self._req = None
-        self._body_length = writer.output_size
-        self._payload_writer = None
-
-
-def _plain_body(body: object) -> TypeGuard[bytes | bytearray | None]:
-    return body is None or isinstance(body, bytes | bytearray)
 
 
 # -- TLS (one layer per connection) --------------------------------------------------------
@@ -246,24 +164,6 @@ RELIED_ON: dict[str, tuple[str, ...]] = {
         "_messages",
     ),
     "aiohttp.web_runner.BaseSite (slot)": ("_server",),
-    "aiohttp.web_response.Response (instance)": (
-        "_payload_writer",
-        "_eof_sent",
-        "_body",
-        "_chunked",
-        "_compression",
-        "_cookies",
-        "_req",
-        "_keep_alive",
-        "_must_be_empty_body",
-        "_headers",
-        "_body_length",
-        "_prepare_headers",
-    ),
-    "aiohttp.helpers": (
-        "must_be_empty_body",
-        "rfc822_formatted_time",
-        "should_remove_content_length",
-    ),
+    "aiohttp.web_response.Response (instance)": ("_prepare_headers",),
     "asyncio.sslproto.SSLProtocol (instance)": ("_ssl_buffer", "_ssl_buffer_view", "max_size"),
 }

@@ -1,24 +1,34 @@
 """The answer type of the serving port: every answer it sends, 200s and refusals alike.
 
-An ``Answer`` is an aiohttp ``web.Response`` (made and used as one) that is written in
-one piece and without aiohttp's ``Server`` header: the serving port runs on aiohttp's
-low-level ``web.Server``, which has no ``on_response_prepare`` signal to drop that
-header. How it is written lives behind the fence (``aiohttp_internals.OneWriteResponse``);
-``tests/server/test_answer_framing.py`` checks over a socket that it sends what
-``web.Response`` sends, less ``Server``.
+An ``Answer`` is an aiohttp ``web.Response``, made and written by aiohttp as any other,
+with two differences:
+
+- no ``Server`` header (``aiohttp_internals.ServerlessResponse``);
+- it is written one event-loop turn after the handler returns it. By then the loop has
+  read, and started, the other requests that were ready when this one was handled, and
+  their answers go out together after the reads. Measured (docs/scaling.md,
+  "Readability against the budget"): written at once, a post costs the server 20-26%
+  more CPU under load, on loopback and across a veth pair alike.
+  ``tests/server/test_answer_turn.py`` pins what it relies on: posts that arrive
+  together are all handled before any of their answers is sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from typing import Any
 
-from .aiohttp_internals import OneWriteResponse
+from .aiohttp_internals import ServerlessResponse
 
 
-class Answer(OneWriteResponse):
+class Answer(ServerlessResponse):
     """An answer of the serving port (``web.Response``'s arguments)."""
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        await asyncio.sleep(0)  # one loop turn: see the module's docstring
+        await super().write_eof(data)
 
 
 def json_answer(
