@@ -57,9 +57,10 @@ from _harness import (
     wrk_command,
 )
 
-NAMESPACE = "tjs-answer-delay"
-HOST_SIDE, CLIENT_SIDE = "tjsad0", "tjsad1"
-HOST_IP, CLIENT_IP = "10.203.77.1", "10.203.77.2"
+# Named by this process, so that two runs on one machine do not meet.
+NAMESPACE = f"tjs-answer-delay-{os.getpid()}"
+HOST_SIDE, CLIENT_SIDE = f"tjad{os.getpid()}h", f"tjad{os.getpid()}c"
+HOST_IP, CLIENT_IP = f"10.203.{os.getpid() % 250}.1", f"10.203.{os.getpid() % 250}.2"
 PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/job/status"
 BODY = json.dumps({"trainerStatus": typical_status()})
 SELF = (sys.executable, __file__)
@@ -162,8 +163,16 @@ def veth_path() -> Iterator[str | None]:
         _ip("link", "set", "lo", "up", netns=True)
         _steer(HOST_SIDE, SERVER_CPU, netns=False)
         _steer(CLIENT_SIDE, LOAD_CPU, netns=True)
+    except subprocess.CalledProcessError as exc:
+        failed = " ".join(map(str, exc.cmd))
+        print(f"# veth: not measured ({failed}: {exc.stderr.decode().strip()})")
+        subprocess.run(["ip", "netns", "del", NAMESPACE], check=False, capture_output=True)
+        yield None
+        return
+    try:
         yield HOST_IP
     finally:
+        # Deleting the namespace deletes the veth pair with it.
         subprocess.run(["ip", "netns", "del", NAMESPACE], check=False, capture_output=True)
 
 
