@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("validation and encoding of the update", ("parse_trainer_status", "TrainerStatus.encoded")),
     ("body read", ("read_body",)),
     ("coalescing writer (queueing the update)", ("CoalescingWriter.write",)),
-    ("TrainJob cache look-up", ("StatusServer._trainjob_exists",)),
+    ("TrainJob cache look-up", ("CachedTrainJobs.trainjob_exists",)),
     ("endpoint, the rest (answer object, names, clock)", ("StatusEndpoint.handle",)),
     ("answering: request id, timing, metrics, log level", ("answer",)),
     ("routing (ServingHandler)", ("ServingHandler.__call__", "ServingHandler._status")),

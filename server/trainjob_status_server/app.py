@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -20,9 +22,9 @@ from .certificates import certs
 from .certificates.certs import CertBootstrap, CertSettings, WebhookCABundle
 from .certificates.tls import ReloadingTLS
 from .config import Config
-from .failures import Unavailable
-from .http import errors, probes
+from .http import probes
 from .http.answering import no_server_header
+from .http.answers import Answer
 from .http.endpoint import StatusEndpoint
 from .http.listener import CappedSite, Limits
 from .http.metricsauth import REVIEWS_PER_SOURCE as METRICS_REVIEWS_PER_SOURCE
@@ -31,7 +33,6 @@ from .http.serving import ServingHandler
 from .http.webhook import INJECT_PATH, InjectorSettings, JobSetSteps, PodInjector
 from .kube.cache import WatchCache
 from .kube.client import KubeClient
-from .kube.errors import KubeUnavailable
 from .kube.ratelimit import TokenBucket
 from .kube.resources import TRAINJOBS
 from .kube.views import trainjob_view
@@ -39,6 +40,7 @@ from .metrics.exporter import Exporter
 from .pods.cadistribution import CADistribution
 from .pods.injection import Selector, Target
 from .status.coalescing import writes_in_flight
+from .status.lookup import CachedTrainJobs
 from .status.writer import CoalescingWriter, DirectWriter
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,9 @@ LINGER_SECONDS = 2.0
 the body is read and dropped before closing, so the client can still read the answer
 rather than have it lost to a reset: aiohttp's default is 10 s, for which a stalled
 client would keep its connection slot after its 408."""
+
+# aiohttp's protocol settings every port shares: no access log (ours is answering.py's).
+QUIET: Mapping[str, Any] = {"access_log": None}
 
 METRICS_CONNECTIONS = 64
 """Open connections to the metrics port: scrapers keep one each."""
@@ -120,8 +125,8 @@ class StatusServer:
         )
         self.endpoint = StatusEndpoint(
             authenticator=authenticator,
-            trainjob_exists=self._trainjob_exists,
-            write=self.writer.write,
+            trainjobs=CachedTrainJobs(self.trainjobs),
+            writer=self.writer,
             read_timeout=config.read_timeout,
         )
         # Scrapers' tokens are checked with a budget of their own.
@@ -150,24 +155,18 @@ class StatusServer:
     def ready(self) -> bool:
         return not self.shutting_down and self._site is not None and self.trainjobs.synced.is_set()
 
-    async def _trainjob_exists(self, namespace: str, name: str) -> bool:
-        try:
-            return await self.trainjobs.get_or_fetch(namespace, name) is not None
-        except KubeUnavailable as exc:
-            raise Unavailable.of(exc) from exc
-
     async def _healthz(self, _request: web.BaseRequest) -> web.Response:
-        return errors.Answer(text="ok")
+        return Answer(text="ok")
 
     async def _readyz(self, _request: web.BaseRequest) -> web.Response:
         if self.ready:
-            return errors.Answer(text="ok")
-        return errors.Answer(status=503, text="not ready")
+            return Answer(text="ok")
+        return Answer(status=503, text="not ready")
 
     # -- apps ------------------------------------------------------------------------
 
     def serving_handler(self) -> ServingHandler:
-        """The serving port's routes. Its answers are errors.Answer: no Server header."""
+        """The serving port's routes. Its answers are answers.Answer: no Server header."""
         return ServingHandler(
             self.endpoint.handle,
             gets={"/healthz": self._healthz, "/readyz": self._readyz},
@@ -215,9 +214,12 @@ class StatusServer:
         connections: tuple[int, int],
         listener: str,
         first_request_timeout: float | None = None,
+        handler_settings: Mapping[str, Any] = QUIET,
     ) -> CappedSite:
         """Set ``runner`` up and serve it on ``port``; ``connections`` is (open at most,
-        from one address at most); ``first_request_timeout`` defaults to the flag's."""
+        from one address at most); ``first_request_timeout`` defaults to the flag's;
+        ``handler_settings`` are the keyword arguments ``runner``'s server was made with,
+        which each connection's protocol is made with too."""
         config = self.config
         await runner.setup()
         site = CappedSite(
@@ -233,6 +235,7 @@ class StatusServer:
                 write_timeout=config.write_timeout,
                 max_head_bytes=config.max_header_bytes,
             ),
+            handler_settings=handler_settings,
             listener=listener,
         )
         await site.start()
@@ -273,15 +276,15 @@ class StatusServer:
                 self.exporter.add_cache(self.token_auth.binding.pods)
         if self.tls is not None:
             await self.tls.start()
+        serving_settings: dict[str, Any] = {
+            **QUIET,
+            "keepalive_timeout": config.idle_timeout,
+            "lingering_time": LINGER_SECONDS,
+            # Bodies are decoded by the endpoint (http/codings.py): a bad one is a 400.
+            "auto_decompress": False,
+        }
         self._serving = web.ServerRunner(
-            web.Server(
-                self.serving_handler(),
-                access_log=None,
-                keepalive_timeout=config.idle_timeout,
-                lingering_time=LINGER_SECONDS,
-                # Bodies are decoded by the endpoint (http/codings.py): a bad one is a 400.
-                auto_decompress=False,
-            ),
+            web.Server(self.serving_handler(), **serving_settings),
             handle_signals=False,
             shutdown_timeout=config.shutdown_timeout,
         )
@@ -291,8 +294,9 @@ class StatusServer:
             None if self.tls is None else self.tls.context,
             (config.max_connections, config.max_connections_per_ip),
             "serving",
+            handler_settings=serving_settings,
         )
-        self._metrics = web.AppRunner(self.metrics_app(), access_log=None, handle_signals=False)
+        self._metrics = web.AppRunner(self.metrics_app(), **QUIET, handle_signals=False)
         self._metrics_site = await self._listen(
             self._metrics,
             config.metrics_port,
@@ -300,7 +304,7 @@ class StatusServer:
             (METRICS_CONNECTIONS, METRICS_CONNECTIONS_PER_IP),
             "metrics",
         )
-        self._probes = web.AppRunner(self.probe_app(), access_log=None, handle_signals=False)
+        self._probes = web.AppRunner(self.probe_app(), **QUIET, handle_signals=False)
         self._probe_site = await self._listen(
             self._probes,
             config.probe_port,

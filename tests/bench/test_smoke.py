@@ -216,6 +216,16 @@ BENCHES = [
         binaries=("taskset", "unshare"),
         trainer=True,
     ),
+    Bench(
+        "answer_delay",
+        (
+            rf"^  loopback c=1   ours\s+{NUMBER} posts/s\s+{NUMBER} us/post\s+p50\s+{NUMBER} ms",
+            rf"^  loopback c=4   cpu_us {NUMBER} \({NUMBER}\); p50_ms {NUMBER}",
+        ),
+        # The same checkout on both sides: a smoke run checks the bench, not a change.
+        args=("--against", "."),
+        binaries=("wrk", "taskset"),
+    ),
 ]
 
 

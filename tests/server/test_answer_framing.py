@@ -1,6 +1,7 @@
-"""``errors.Answer`` frames its head itself: over a real socket, every answer is byte for
-byte what aiohttp's own ``web.Response`` sends for the same request, less the ``Server``
-header (the ``Date`` value aside, which moves with the clock)."""
+"""``answers.Answer``, written a loop turn later and without ``Server``: over a real
+socket, every answer is byte for byte what aiohttp's own ``web.Response`` sends for the
+same request, less the ``Server`` header (the ``Date`` value aside, which moves with the
+clock)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest_asyncio
 from aiohttp import web
 from aiohttp.test_utils import BaseTestServer, RawTestServer
 
-from trainjob_status_server.http import errors
+from trainjob_status_server.http.answers import Answer
 
 CASES = {
     "json": {"status": 200, "body": b'{"a":1}', "content_type": "application/json"},
@@ -39,7 +40,7 @@ async def _handle(request: web.BaseRequest) -> web.StreamResponse:
     if request.path == "/last":
         return web.Response(status=202)
     kind, case = request.path.strip("/").split("/")
-    made = (errors.Answer if kind == "ours" else web.Response)(**CASES[case])  # type: ignore[arg-type]
+    made = (Answer if kind == "ours" else web.Response)(**CASES[case])  # type: ignore[arg-type]
     if case == "closing":
         made.force_close()
     return made
@@ -114,7 +115,7 @@ async def test_keep_alive_answers_follow_each_other_on_one_connection(
     assert raw.endswith(b"Connection: close\r\n\r\nnot ready")
 
 
-@pytest.mark.parametrize("made", [errors.Answer, web.Response])
+@pytest.mark.parametrize("made", [Answer, web.Response])
 async def test_a_newline_in_a_header_value_is_refused_as_aiohttp_refuses_it(
     made: type[web.Response],
 ) -> None:

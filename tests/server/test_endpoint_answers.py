@@ -94,8 +94,8 @@ def rig() -> Rig:
 async def post(rig: Rig) -> AsyncIterator[Post]:
     endpoint = StatusEndpoint(
         authenticator=rig,
-        trainjob_exists=rig.trainjob_exists,
-        write=rig.write,
+        trainjobs=rig,
+        writer=rig,
         read_timeout=5.0,
         clock=lambda: RECEIVED,
     )

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from trainjob_status.contract import STATUS_PATH, status_path
 from trainjob_status_server.auth import Identity, failures
 from trainjob_status_server.auth.failures import AuthFailure
-from trainjob_status_server.http import errors
+from trainjob_status_server.http.answers import Answer
 from trainjob_status_server.http.endpoint import StatusEndpoint
 from trainjob_status_server.http.serving import ServingHandler, status_target
 from trainjob_status_server.status.validation import EncodedStatus
@@ -106,7 +106,7 @@ class Rig:
             raise AuthFailure(failures.SIGNATURE)
         return Identity(namespace, "trainer", "tj-node-0-0")
 
-    async def exists(self, _namespace: str, _name: str) -> bool:
+    async def trainjob_exists(self, _namespace: str, _name: str) -> bool:
         return True
 
     async def write(self, namespace: str, name: str, update: EncodedStatus) -> None:
@@ -176,7 +176,7 @@ async def _read_for(reader: asyncio.StreamReader, seconds: float, *, once: bool 
 
 
 async def _healthz(_request: web.BaseRequest) -> web.Response:
-    return errors.Answer(text="ok")
+    return Answer(text="ok")
 
 
 @pytest_asyncio.fixture
@@ -184,8 +184,8 @@ async def served() -> AsyncIterator[Served]:
     rig = Rig()
     endpoint = StatusEndpoint(
         authenticator=rig,
-        trainjob_exists=rig.exists,
-        write=rig.write,
+        trainjobs=rig,
+        writer=rig,
         read_timeout=5.0,
         clock=lambda: RECEIVED,
     )

@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # What zlib.decompressobj() returns, by its name in the type stubs.
+    from zlib import _Decompress as Inflater
 
 ACCEPTED = "gzip, deflate"
 """What the ``Accept-Encoding`` header of a 415 answer lists (RFC 9110 12.5.3)."""
@@ -68,7 +73,7 @@ class Decoder:
     size: int = 0
 
     def __post_init__(self) -> None:
-        self._inflate: zlib._Decompress | None = None
+        self._inflate: Inflater | None = None
 
     def feed(self, chunk: bytes) -> bytes:
         """The decoded bytes ``chunk`` completes; CodingError or TooLarge."""

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import sys
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from aiohttp import hdrs, web
 from aiohttp.http import HttpVersion11
@@ -25,10 +23,32 @@ from ..status import validation
 from ..status.validation import EncodedStatus
 from . import codings, errors
 from .answering import POSTER, TRAINJOB
+from .answers import Answer, json_answer, json_object_answer
 
-Exists = Callable[[str, str], Awaitable[bool]]
-Write = Callable[[str, str, EncodedStatus], Awaitable[None]]
-Clock = Callable[[], dt.datetime]
+
+class TrainJobLookup(Protocol):
+    """Whether a TrainJob exists. Served by ``status.lookup.CachedTrainJobs``: the
+    TrainJob cache, one GET on a miss."""
+
+    async def trainjob_exists(self, namespace: str, name: str) -> bool:
+        """Raises ``failures.Unavailable`` when the API server cannot tell."""
+        ...
+
+
+class StatusWriter(Protocol):
+    """Takes an accepted update for its write to the TrainJob's status. Served by
+    ``status.writer.CoalescingWriter`` (one pending update per TrainJob, written within
+    the API budget) or ``DirectWriter`` (one write per post, awaited)."""
+
+    async def write(self, namespace: str, name: str, update: EncodedStatus) -> None:
+        """Raises a ``failures.Failure`` when the update is refused or cannot be written."""
+        ...
+
+
+class Clock(Protocol):
+    """What time a post was received: ``utc_now`` but in tests."""
+
+    def __call__(self) -> dt.datetime: ...
 
 
 def utc_now() -> dt.datetime:
@@ -40,12 +60,12 @@ class StatusEndpoint:
     """POST handler of the status path; every answer is 200 or a metav1.Status."""
 
     authenticator: Authenticator
-    trainjob_exists: Exists
-    write: Write
+    trainjobs: TrainJobLookup
+    writer: StatusWriter
     read_timeout: float
     clock: Clock = utc_now
 
-    async def handle(self, request: web.BaseRequest, namespace: str, name: str) -> web.Response:
+    async def handle(self, request: web.BaseRequest, namespace: str, name: str) -> Answer:
         """The answer to a post to the status path of ``namespace/name``."""
         # Interned: the writer keys a waiting update by them, the caches hold one copy.
         namespace = sys.intern(namespace)
@@ -65,15 +85,13 @@ class StatusEndpoint:
         payload = validation.decode_payload(raw)
         update = validation.parse_trainer_status(payload, trainjob=name, received=received)
         if update is None:
-            return json_response({})
-        if not await self.trainjob_exists(namespace, name):
+            return json_object_answer({})
+        if not await self.trainjobs.trainjob_exists(namespace, name):
             raise TrainJobNotFound()
         encoded = update.encoded(received)
-        await self.write(namespace, name, encoded)
+        await self.writer.write(namespace, name, encoded)
         # The JSON the update is written with, echoed as it is.
-        return errors.Answer(
-            body=b'{"trainerStatus":' + encoded.json + b"}", content_type="application/json"
-        )
+        return json_answer(b'{"trainerStatus":' + encoded.json + b"}")
 
 
 async def read_body(
@@ -142,9 +160,3 @@ async def _send_continue(request: web.BaseRequest) -> None:
     await writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     # Not part of the answer: the connection may still carry a refusal of this request.
     writer.output_size = 0
-
-
-def json_response(body: dict[str, Any]) -> web.Response:
-    return errors.Answer(
-        body=json.dumps(body, separators=(",", ":")).encode(), content_type="application/json"
-    )

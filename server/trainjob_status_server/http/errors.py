@@ -12,16 +12,10 @@ built below.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, TypeGuard
-
-from aiohttp import hdrs, web
-from aiohttp.abc import AbstractStreamWriter
-from aiohttp.helpers import must_be_empty_body, rfc822_formatted_time, should_remove_content_length
-from aiohttp.http import HttpVersion10, HttpVersion11
+from typing import Any
 
 from ..auth.failures import AuthFailure
 from ..failures import (
@@ -35,92 +29,7 @@ from ..failures import (
     WriteFailed,
 )
 from ..status.validation import PayloadError, ValidationFailed
-
-
-class Answer(web.Response):
-    """A response whose head this class writes itself, with the body, in one write: the
-    status line, its own headers, then ``Content-Length``, ``Date`` and ``Connection`` as
-    aiohttp would add them, and no ``Server`` header (aiohttp's names itself and the
-    Python version, telling a scanner which known bugs to try). Every answer of the
-    serving port is one: aiohttp's general path (a header map filled in several steps,
-    a prepare hook, a serializer and a writer each in their own call) costs a post
-    several µs more. A body aiohttp would stream or compress takes aiohttp's path."""
-
-    _message: bytes | None = None  # head and body, once prepared on the lean path
-
-    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
-        if self._eof_sent:
-            return None
-        if self._payload_writer is not None:
-            return self._payload_writer
-        body = self._body
-        if self._chunked or self._compression or self._cookies or not _plain_body(body):
-            return await super().prepare(request)
-        self._req = request
-        writer = self._payload_writer = request._payload_writer
-        head = self._frame(request, len(body) if body else 0)
-        self._message = head if self._must_be_empty_body or not body else head + body
-        return writer
-
-    async def _prepare_headers(self) -> None:  # aiohttp's path: only the Server header
-        await super()._prepare_headers()
-        self.headers.popall(hdrs.SERVER, None)
-
-    def _frame(self, request: web.BaseRequest, length: int) -> bytes:
-        method = request.method
-        status = self.status
-        empty = self._must_be_empty_body = must_be_empty_body(method, status)
-        keep_alive = self._keep_alive
-        if keep_alive is None:
-            keep_alive = self._keep_alive = request.keep_alive
-        version = request.version
-        headers = self._headers
-        lines = [f"HTTP/{version.major}.{version.minor} {status} {self.reason}"]
-        for name, value in headers.items():
-            if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
-                raise ValueError("a newline in a response header")
-            lines.append(f"{name}: {value}")
-        if hdrs.CONTENT_LENGTH not in headers:
-            if empty:
-                if not should_remove_content_length(method, status) and length:
-                    lines.append(f"Content-Length: {length}")
-            elif length or (status != 304 and method != hdrs.METH_HEAD):
-                lines.append(f"Content-Length: {length}")
-        if length and not empty and hdrs.CONTENT_TYPE not in headers:
-            lines.append("Content-Type: application/octet-stream")
-        if hdrs.DATE not in headers:
-            lines.append(f"Date: {rfc822_formatted_time()}")
-        if hdrs.CONNECTION not in headers:
-            if keep_alive:
-                if version == HttpVersion10:
-                    lines.append("Connection: keep-alive")
-            elif version == HttpVersion11:
-                lines.append("Connection: close")
-        lines.append("\r\n")
-        return "\r\n".join(lines).encode()
-
-    async def write_eof(self, data: bytes = b"") -> None:
-        message = self._message
-        writer = self._payload_writer
-        if message is None or writer is None or self._eof_sent:
-            await super().write_eof(data)
-            return
-        self._message = None
-        # Written one loop turn later: after the loop has read (and started) the other
-        # requests that are ready now, the answers go out together. Measured under load
-        # on loopback (docs/scaling.md, "Answers written a loop turn later"): 81 against
-        # 115 µs of server CPU per post, the same number of system calls, the send's
-        # share smaller; why it costs less in the kernel is not established.
-        await asyncio.sleep(0)
-        await writer.write_eof(message)
-        self._eof_sent = True
-        self._req = None
-        self._body_length = writer.output_size
-        self._payload_writer = None
-
-
-def _plain_body(body: object) -> TypeGuard[bytes | bytearray | None]:
-    return body is None or isinstance(body, bytes | bytearray)
+from .answers import Answer, json_answer
 
 
 class StatusError(Exception):
@@ -157,11 +66,10 @@ class StatusError(Exception):
             out["details"] = self.details
         return out
 
-    def response(self) -> web.Response:
-        return Answer(
+    def response(self) -> Answer:
+        return json_answer(
+            json.dumps(self.body(), separators=(",", ":")).encode(),
             status=self.code,
-            body=json.dumps(self.body(), separators=(",", ":")).encode(),
-            content_type="application/json",
             headers=self.headers,
         )
 

@@ -31,15 +31,15 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-import weakref
-from asyncio import sslproto
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from ..metrics import selfmetrics
+from .aiohttp_internals import SharedBufferTLS, attach_server
+from .aiohttp_internals import tls_protocol as tls_protocol
 from .memory import HeapTrim
 from .protocol import HEAD_TIMEOUT, StatusRequestHandler
 from .slots import RefusalLog, Slots
@@ -146,51 +146,6 @@ class FirstRequestDeadline(asyncio.Protocol):
             self._write_timer = None
 
 
-class _TLSProtocol(sslproto.SSLProtocol):
-    """asyncio's TLS protocol with a receive buffer of one TLS record, not 256 KiB, shared
-    by every connection of the event loop. asyncio fills it and hands its bytes to the TLS
-    object in one synchronous step (get_buffer, recv_into, buffer_updated on the selector
-    loop), so no two connections ever use it at once; one buffer per connection would be
-    memory each idle or stalled connection holds, and what the allocator keeps after a
-    crowd of them has gone."""
-
-    max_size = 16 * 1024
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, *args: Any, **kwargs: Any) -> None:
-        super().__init__(loop, *args, **kwargs)
-        self._ssl_buffer_view = _receive_buffer(loop)
-        self._ssl_buffer = self._ssl_buffer_view.obj
-
-
-_RECEIVE_BUFFERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, memoryview] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _receive_buffer(loop: asyncio.AbstractEventLoop) -> memoryview:
-    view = _RECEIVE_BUFFERS.get(loop)
-    if view is None:
-        view = _RECEIVE_BUFFERS[loop] = memoryview(bytearray(_TLSProtocol.max_size))
-    return view
-
-
-def tls_protocol(
-    loop: asyncio.AbstractEventLoop,
-    app: asyncio.Protocol,
-    context: ssl.SSLContext,
-    handshake_timeout: float,
-) -> sslproto.SSLProtocol:
-    """What ``create_server(ssl=...)`` builds around ``app``, with the shared buffer."""
-    return _TLSProtocol(
-        loop,
-        app,
-        context,
-        None,  # no waiter: nothing awaits the handshake
-        server_side=True,
-        ssl_handshake_timeout=handshake_timeout,
-    )
-
-
 @dataclass(frozen=True)
 class Limits:
     """What one connection may hold, and how many may be open."""
@@ -255,7 +210,7 @@ class _Admitted:
             self.heap.closed(len(self.slots))
 
 
-class _AdmittedTLS(_TLSProtocol):
+class _AdmittedTLS(SharedBufferTLS):
     admitted: _Admitted
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -292,13 +247,21 @@ class CappedSite(web.BaseSite):
         *,
         ssl_context: ssl.SSLContext | None,
         limits: Limits,
+        handler_settings: Mapping[str, Any],
         listener: str = "serving",
         backlog: int = 128,
     ) -> None:
         super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
-        self._host = host
-        self._port = port
+        self.runner = runner
+        self.host = host
+        self.asked_port = port
+        self.tls = ssl_context
+        self.backlog = backlog
         self.limits = limits
+        # What aiohttp's protocol is made with (timeouts, lingering, access log): the
+        # keyword arguments the runner's ``web.Server`` was given.
+        self.handler_settings = dict(handler_settings)
+        self.listening: asyncio.Server | None = None
         self.listener = listener
         refused_log = RefusalLog(listener)
 
@@ -319,29 +282,27 @@ class CappedSite(web.BaseSite):
 
     @property
     def name(self) -> str:
-        scheme = "https" if self._ssl_context else "http"
-        return f"{scheme}://{self._host}:{self.port}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     @property
     def port(self) -> int:
         """The bound port (the real one when 0 was asked for)."""
-        if self._server is not None and isinstance(self._server, asyncio.Server):
-            sockets = self._server.sockets
+        if self.listening is not None:
+            sockets = self.listening.sockets
             if sockets:
                 return int(sockets[0].getsockname()[1])
-        return self._port
+        return self.asked_port
 
     async def start(self) -> None:
         await super().start()
-        server = self._runner.server
+        server = self.runner.server
         assert server is not None, "runner.setup() first"
 
         loop = asyncio.get_running_loop()
-        tls = self._ssl_context
+        tls = self.tls
         limits = self.limits
-        # The runner's settings for aiohttp's protocol (timeouts, lingering), as
-        # web.Server passes them to the protocols it makes.
-        settings: dict[str, Any] = dict(server._kwargs)
+        settings = self.handler_settings
 
         def factory() -> asyncio.BaseProtocol:
             handler = StatusRequestHandler(
@@ -381,11 +342,12 @@ class CappedSite(web.BaseSite):
             outer.admitted = admitted
             return outer
 
-        self._server = await loop.create_server(
+        self.listening = await loop.create_server(
             factory,
-            self._host,
-            self._port,
-            backlog=self._backlog,
+            self.host,
+            self.asked_port,
+            backlog=self.backlog,
             reuse_address=True,
-            family=socket.AF_INET6 if ":" in self._host else socket.AF_INET,
+            family=socket.AF_INET6 if ":" in self.host else socket.AF_INET,
         )
+        attach_server(self, self.listening)

@@ -45,8 +45,8 @@ async def close_after(_request: web.Request, response: web.StreamResponse) -> No
 
 
 def closing(handler: Handler) -> Handler:
-    """``handler`` whose answers close their connection: ``errors.Answer`` frames its own
-    head, without the prepare hooks."""
+    """``handler`` whose answers close their connection, set on the answer itself rather
+    than left to the prepare hook."""
 
     async def closed(request: web.BaseRequest) -> web.Response:
         response = await handler(request)

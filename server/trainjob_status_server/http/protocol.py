@@ -23,10 +23,9 @@ from aiohttp.http_exceptions import (
     InvalidURLError,
     LineTooLong,
 )
-from aiohttp.web_protocol import RequestHandler
-from aiohttp.web_request import BaseRequest
 
 from . import errors
+from .aiohttp_internals import RequestHandlerBase
 
 log = logging.getLogger("trainjob_status_server.access")
 
@@ -185,7 +184,7 @@ def parser_refusal(exc: BaseException | None) -> errors.StatusError:
     return errors.bad_request("Bad request")
 
 
-class StatusRequestHandler(RequestHandler):
+class StatusRequestHandler(RequestHandlerBase):
     """aiohttp's protocol for one connection, with the head bound, a deadline for each
     head once its first byte is in (``head_timeout``: aiohttp would otherwise wait for the
     rest of a later request's head until its keep-alive timeout), and Status answers.
@@ -202,8 +201,7 @@ class StatusRequestHandler(RequestHandler):
     ) -> None:
         kwargs["max_line_size"] = kwargs["max_field_size"] = max_head_bytes
         super().__init__(manager, **kwargs)
-        self.head = HeadBudget(self._parser, max_head_bytes)
-        self._parser = self.head  # type: ignore[assignment]
+        self.head = self.wrap_parser(lambda parser: HeadBudget(parser, max_head_bytes))
         self._head_timeout = head_timeout
         self._head_timer: asyncio.TimerHandle | None = None
         self._closed_by_deadline = closed
@@ -211,7 +209,7 @@ class StatusRequestHandler(RequestHandler):
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         if self.head.pending and self._head_timer is None and self._head_timeout is not None:
-            self._head_timer = self._loop.call_later(self._head_timeout, self._head_expired)
+            self._head_timer = self.event_loop.call_later(self._head_timeout, self._head_expired)
         elif not self.head.pending and self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
@@ -221,7 +219,7 @@ class StatusRequestHandler(RequestHandler):
         # body, paused or not: for a connection not paused, that would feed the parser an
         # empty read (through the head budget) and resume a transport that reads already,
         # on every post. Only a paused protocol has anything to resume.
-        if self._reading_paused or self._buffer_paused:
+        if self.reading_paused:
             super().resume_reading(resume_parser)
 
     def _head_expired(self) -> None:
@@ -243,16 +241,11 @@ class StatusRequestHandler(RequestHandler):
     def idle(self) -> bool:
         """Waiting for the next request of a keep-alive connection, with none of it in:
         closing it now loses nothing."""
-        return (
-            self._request_count > 0
-            and not self._request_in_progress
-            and not self._messages
-            and self.head.idle
-        )
+        return self.between_requests and self.head.idle
 
     def handle_error(
         self,
-        request: BaseRequest,
+        request: web.BaseRequest,
         status: int = 500,
         exc: BaseException | None = None,
         message: str | None = None,

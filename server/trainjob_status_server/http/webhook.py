@@ -38,7 +38,7 @@ from ..kube.resources import JOBSETS, Obj
 from ..metrics.selfmetrics import INJECTIONS
 from ..pods import injection
 from ..pods.injection import FirstSighting, Plan, Selector, Target
-from . import errors
+from .answers import Answer
 from .endpoint import read_body
 
 log = logging.getLogger(__name__)
@@ -229,4 +229,4 @@ def review_response(uid: str, patch: injection.Patch) -> web.Response:
             json.dumps(patch, separators=(",", ":")).encode()
         ).decode()
     body = {"apiVersion": ADMISSION_API_VERSION, "kind": "AdmissionReview", "response": answer}
-    return errors.Answer(text=json.dumps(body), content_type="application/json")
+    return Answer(text=json.dumps(body), content_type="application/json")

@@ -174,7 +174,7 @@ class KubeClient:
         self.max_wait = max_wait
         self._clock = clock
         self._connection = _Connection()
-        self._owner = True
+        self.owns_connection = True
 
     def lane(
         self, name: str, *, qps: float, burst: int, max_wait: float | None = None
@@ -195,7 +195,7 @@ class KubeClient:
 
     def _sharing(self) -> KubeClient:
         other = copy.copy(self)
-        other._owner = False
+        other.owns_connection = False
         return other
 
     @property
@@ -209,7 +209,7 @@ class KubeClient:
 
     async def start(self) -> KubeClient:
         """Open the connection (a lane's owner does it for all of its lanes)."""
-        if self._owner and self._connection.api is None:
+        if self.owns_connection and self._connection.api is None:
             configuration = await load_configuration(self.kubeconfig)
             api = k8s_client.ApiClient(configuration)
             api.user_agent = USER_AGENT
@@ -217,7 +217,7 @@ class KubeClient:
         return self
 
     async def close(self) -> None:
-        if self._owner and self._connection.api is not None:
+        if self.owns_connection and self._connection.api is not None:
             api, self._connection.api = self._connection.api, None
             await api.close()
 

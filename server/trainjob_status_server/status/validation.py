@@ -236,7 +236,7 @@ class TrainerStatus:
     ) -> TrainerStatus:
         """The update whose compact JSON (``to_json()`` as ``encoded`` writes it) is
         ``json``, metrics included."""
-        update = _new(cls)
+        update = object.__new__(cls)
         _fill(
             update, progress_percentage, estimated_remaining_seconds, None, last_updated_time, json
         )
@@ -252,7 +252,8 @@ class TrainerStatus:
             return None
         return tuple(Metric(sys.intern(item["name"]), item["value"]) for item in items)
 
-    def _fields(self) -> tuple[Any, ...]:
+    def field_values(self) -> tuple[Any, ...]:
+        """The four fields, in order: what compares, hashes and copies an update."""
         return (
             self.progress_percentage,
             self.estimated_remaining_seconds,
@@ -263,10 +264,10 @@ class TrainerStatus:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TrainerStatus) or other.__class__ is not self.__class__:
             return NotImplemented
-        return self._fields() == other._fields()
+        return self.field_values() == other.field_values()
 
     def __hash__(self) -> int:
-        return hash(self._fields())
+        return hash(self.field_values())
 
     def __repr__(self) -> str:
         return (
@@ -276,7 +277,7 @@ class TrainerStatus:
         )
 
     def __reduce__(self) -> tuple[type[TrainerStatus], tuple[Any, ...]]:
-        return (type(self), self._fields())  # copy and pickle rebuild it from its fields
+        return (type(self), self.field_values())  # copy and pickle rebuild it from its fields
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
@@ -310,24 +311,7 @@ class TrainerStatus:
                 None if self._metrics is None else _metrics_json(self._metrics),
                 format_time(self.last_updated_time),
             )
-        return _encoded_status(self.last_updated_time, text, received)
-
-
-def _slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
-    """How to set the slot ``name`` of an instance of ``cls``, a frozen class (its
-    ``__setattr__`` refuses): by the slot's own descriptor, for less than
-    ``object.__setattr__`` costs, which looks the name up first. Instances are built
-    once per accepted post."""
-    setter: Callable[[Any, Any], None] = cls.__dict__[name].__set__
-    return setter
-
-
-_new = object.__new__
-_set_progress = _slot_setter(TrainerStatus, "progress_percentage")
-_set_remaining = _slot_setter(TrainerStatus, "estimated_remaining_seconds")
-_set_metrics = _slot_setter(TrainerStatus, "_metrics")
-_set_time = _slot_setter(TrainerStatus, "last_updated_time")
-_set_json = _slot_setter(TrainerStatus, "_json")
+        return EncodedStatus(self.last_updated_time, text, received)
 
 
 def _fill(
@@ -338,11 +322,12 @@ def _fill(
     last_updated_time: datetime,
     json: bytes | None,
 ) -> None:
-    _set_progress(update, progress_percentage)
-    _set_remaining(update, estimated_remaining_seconds)
-    _set_metrics(update, metrics)
-    _set_time(update, last_updated_time)
-    _set_json(update, json)
+    # As a frozen dataclass sets its fields: its own __setattr__ refuses.
+    object.__setattr__(update, "progress_percentage", progress_percentage)
+    object.__setattr__(update, "estimated_remaining_seconds", estimated_remaining_seconds)
+    object.__setattr__(update, "_metrics", metrics)
+    object.__setattr__(update, "last_updated_time", last_updated_time)
+    object.__setattr__(update, "_json", json)
 
 
 def _object_json(
@@ -375,21 +360,6 @@ class EncodedStatus:
     last_updated_time: datetime  # aware, UTC
     json: bytes  # what the writer sends and the post is answered with, as it is
     received: datetime  # aware
-
-
-_set_encoded_time = _slot_setter(EncodedStatus, "last_updated_time")
-_set_encoded_json = _slot_setter(EncodedStatus, "json")
-_set_encoded_received = _slot_setter(EncodedStatus, "received")
-
-
-def _encoded_status(last_updated_time: datetime, json: bytes, received: datetime) -> EncodedStatus:
-    """``EncodedStatus(last_updated_time, json, received)``, for less: the frozen
-    dataclass's ``__init__`` sets each field through ``object.__setattr__``."""
-    status = _new(EncodedStatus)
-    _set_encoded_time(status, last_updated_time)
-    _set_encoded_json(status, json)
-    _set_encoded_received(status, received)
-    return status
 
 
 # A JSON string literal as json.dumps writes it by default (ASCII, escapes included): the
