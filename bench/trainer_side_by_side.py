@@ -28,7 +28,7 @@ Printed, per server (ratios ours / peer where more is better, peer / ours where 
 - answers: to a forged token (signed by a key of our own), to a valid token of another
   TrainJob's pod (right audience, same namespace), and to a body that is not JSON.
 
-With the defaults a run takes about DURATION on a 2-core machine: the 1,000-TrainJob
+With the defaults a run takes about 15 minutes on a 2-core machine: the 1,000-TrainJob
 phase alone is most of it (making the TrainJobs, their pods and tokens, then our
 server's 200 s cycle through them at 5 writes a second after each window).
 """
@@ -450,10 +450,8 @@ def table(servers: list[Server], less_is_better: tuple[str, ...]) -> None:
             continue
         x = statistics.median(mine)
         y = statistics.median(theirs) if theirs else math.nan
-        if row.startswith(less_is_better):
-            ratio = y / x if x else math.nan
-        else:
-            ratio = x / y if y else math.nan
+        better, worse = (y, x) if row.startswith(less_is_better) else (x, y)
+        ratio = _ratio(better, worse)
         if math.isnan(ratio):
             shown = "-"
         else:
@@ -463,6 +461,14 @@ def table(servers: list[Server], less_is_better: tuple[str, ...]) -> None:
     for server in servers:
         codes = ", ".join(f"{code or 'no answer'}: {n}" for code, n in sorted(server.codes.items()))
         print(f"failed posts of {server.name}, by answer: {codes or 'none'}")
+
+
+def _ratio(top: float, bottom: float) -> float:
+    """``top / bottom``; unbounded where only ``bottom`` is 0 (none lost against some),
+    undefined where both are."""
+    if bottom == 0 or math.isnan(bottom):
+        return math.inf if top > 0 else math.nan
+    return top / bottom
 
 
 def _range(values: list[float]) -> str:
