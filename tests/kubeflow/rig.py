@@ -513,6 +513,8 @@ class Kubeflow:
             "metadata": {"name": "webhook-probe"},
             "spec": {"containers": [{"name": "probe", "image": "busybox"}]},
         }
+        # Its namespace needs the default ServiceAccount the pod is admitted with.
+        self.cluster.ensure_namespace("default")
         path = "/api/v1/namespaces/default/pods?dryRun=All"
         wait_for(
             "kube-apiserver calling our webhook",
