@@ -565,7 +565,12 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=float, default=10, help="a post's client timeout, s")
     parser.add_argument("--interval", type=float, default=5, help="seconds between a pod's posts")
-    parser.add_argument("--window", type=float, default=30, help="freshness round length")
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=30,
+        help="how long a freshness round posts, s (then it waits)",
+    )
     parser.add_argument(
         "--settle",
         type=float,

@@ -257,8 +257,8 @@ class ChildProcess:
 class TrainerProcess(ChildProcess):
     """One of the Trainer's programs, in a mount namespace of its own where its service
     account folder holds ``token`` (whose issuer claim is all the status server reads)
-    and the operator namespace, and its certificate folder holds ``certs`` (none: the
-    controller's certificate management writes its own there)."""
+    and the operator namespace, and its certificate folder holds ``certs`` (its serving
+    pair: ``tls.crt``, ``tls.key``, as a mounted Secret would)."""
 
     def __init__(
         self,
