@@ -167,7 +167,9 @@ $(KUBE_ASSETS_DIR)/.complete:
 # tools/trainer, whose go.mod pins the Trainer and, through it, JobSet. The manifests the
 # tests install come out of the same modules' sources in the Go module cache: the
 # Trainer's CRDs, its torch-distributed ClusterTrainingRuntime and webhook configurations,
-# and JobSet's CRD at the version the Trainer requires. Nothing is written by hand.
+# and JobSet's CRD at the version the Trainer requires; the controller's RBAC (its
+# ClusterRole and binding) and the patches its kustomization applies to the webhook
+# configurations, in manifests/. Nothing is written by hand.
 TRAINER_VERSION := $(shell awk '$$1 == "github.com/kubeflow/trainer/v2" && $$2 ~ /^v/ {print $$2; exit}' tools/trainer/go.mod)
 JOBSET_VERSION := $(shell awk '$$1 == "sigs.k8s.io/jobset" && $$2 ~ /^v/ {print $$2; exit}' tools/trainer/go.mod)
 TRAINER_ASSETS_CACHE ?= $(HOME)/.cache/trainjob-status/trainer-assets
@@ -175,7 +177,20 @@ TRAINER_ASSETS_DIR ?= $(TRAINER_ASSETS_CACHE)/trainer-$(TRAINER_VERSION)-jobset-
 # The folder of a module in the Go module cache (downloaded first where missing).
 go_module_dir = $$(cd tools/trainer && $(GO) mod download -json $(1) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p')
 
-trainer-assets: $(TRAINER_ASSETS_DIR)/.complete
+trainer-assets: $(TRAINER_ASSETS_DIR)/.complete $(TRAINER_ASSETS_DIR)/manifests/.complete
+
+# Copied apart from the build, so a build made before they were wanted gains them
+# without being made again.
+$(TRAINER_ASSETS_DIR)/manifests/.complete: $(TRAINER_ASSETS_DIR)/.complete
+	rm -rf "$(TRAINER_ASSETS_DIR)/manifests"
+	mkdir -p "$(TRAINER_ASSETS_DIR)/manifests.partial"
+	trainer=$(call go_module_dir,github.com/kubeflow/trainer/v2@$(TRAINER_VERSION)) && \
+	cp "$$trainer"/manifests/base/rbac/role.yaml "$$trainer"/manifests/base/rbac/role_binding.yaml \
+	  "$$trainer"/manifests/base/webhook/patch_mutating.yaml \
+	  "$$trainer"/manifests/base/webhook/patch_validating.yaml "$(TRAINER_ASSETS_DIR)/manifests.partial/"
+	chmod -R u+w "$(TRAINER_ASSETS_DIR)/manifests.partial"
+	touch "$(TRAINER_ASSETS_DIR)/manifests.partial/.complete"
+	mv "$(TRAINER_ASSETS_DIR)/manifests.partial" "$(TRAINER_ASSETS_DIR)/manifests"
 
 $(TRAINER_ASSETS_DIR)/.complete: tools/trainer/go.mod tools/trainer/go.sum tools/trainer/cmd/trainer-status-server/main.go
 	rm -rf "$(TRAINER_ASSETS_DIR).partial"

@@ -17,12 +17,20 @@ Printed, per server (ratios ours / peer where more is better, peer / ours where 
   writes the API server received per post (its own ``apiserver_request_total``);
 - freshness at scale: ``--trainjobs`` TrainJobs (e.g. 1, 100, 1000), each with a pod
   posting every ``--interval`` seconds (the SDK's 5 s throttle) for ``--window``
-  seconds; for every post, the time until a watch on the TrainJobs shows it (or a newer
-  update); p50/p99 over all posts, and how many never showed within ``--grace``;
+  seconds; then the round waits until every TrainJob shows its last post, or no status
+  write has reached the API server for ``--quiet`` seconds (nothing more will show), or
+  ``--settle`` seconds. For every post, the time until a watch on the TrainJobs shows it
+  (or a newer update of its TrainJob): p50/p99 over the posts that showed, the share
+  that never showed, and the p99 with those counted as infinitely late ("> cap": a
+  server that drops a post and writes no newer one of that TrainJob leaves it unseen);
 - memory: the server's RSS after the largest freshness phase against after the first,
   per TrainJob added;
 - answers: to a forged token (signed by a key of our own), to a valid token of another
   TrainJob's pod (right audience, same namespace), and to a body that is not JSON.
+
+With the defaults a run takes about 15 minutes on a 2-core machine: the 1,000-TrainJob
+phase alone is most of it (making the TrainJobs, their pods and tokens, then our
+server's 200 s cycle through them at 5 writes a second after each window).
 """
 
 from __future__ import annotations
@@ -49,7 +57,16 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import LOAD_CPU, SERVER_CPU, cpu_seconds, parse_args, percentile, pin, rss_kib
+from _harness import (
+    LOAD_CPU,
+    SERVER_CPU,
+    cpu_seconds,
+    loadavg,
+    parse_args,
+    percentile,
+    pin,
+    rss_kib,
+)
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.harness.controlplane import AssetsMissing, ControlPlane, find_assets
 from trainjob_devcluster.harness.kubeflow_trainer import (
@@ -270,49 +287,67 @@ async def freshness(
     server: Server,
     watch: Watch,
     count: int,
-    interval: float,
-    window: float,
-    grace: float,
+    args: argparse.Namespace,
 ) -> None:
+    """One round: each of ``count`` TrainJobs' pods posts every ``--interval`` seconds
+    for ``--window`` seconds; then the round waits until every TrainJob shows its last
+    post, or until no status write has reached the API server for a while (nothing
+    more can show), or ``--settle`` seconds, whichever comes first."""
     jobs = cluster.jobs[:count]
     sent: list[tuple[str, str, float]] = []
+    last: dict[str, tuple[str, float]] = {}
     failures: Counter[int] = Counter()
 
     async def reporter(job: Job, offset: float) -> None:
         await asyncio.sleep(offset)
-        end = time.monotonic() + window
+        end = time.monotonic() + args.window
         while time.monotonic() < end:
             second = job.next()
             at = time.monotonic()
             sent.append((job.name, stamp(second), at))
+            last[job.name] = (stamp(second), at)
             code, _, _ = await post(session, server, job, body(second))
             if code != 200:
                 failures[code] += 1
-            await asyncio.sleep(max(0.0, interval - (time.monotonic() - at)))
+            await asyncio.sleep(max(0.0, args.interval - (time.monotonic() - at)))
 
     # Spread over the interval, as independent training pods are.
+    interval = args.interval
     await asyncio.gather(*(reporter(job, interval * i / len(jobs)) for i, job in enumerate(jobs)))
-    await asyncio.sleep(grace)
+    waited = await settled(cluster, lambda: all(watch.shown(j, *last[j]) for j in last), args)
     delays: list[float] = []
-    missing = 0
     for job, when, at in sent:
         shown = watch.shown(job, when, at)
-        if shown is None:
-            missing += 1
-        else:
+        if shown is not None:
             delays.append(shown - at)
     delays.sort()
+    unseen = len(sent) - len(delays)
     label = f"{count} TJ"
-    # A post never shown (nor any newer one of its TrainJob) within the grace period
-    # has no delay to measure: it counts as infinite, so a quantile that reaches one
-    # reads "never".
-    padded = delays + [math.inf] * missing
-    padded.sort()
-    server.add(f"freshness p50 s, {label}", percentile(padded, 0.5))
-    server.add(f"freshness p99 s, {label}", percentile(padded, 0.99))
-    server.add(f"% of posts never shown, {label}", 100 * missing / len(sent) if sent else 0)
+    server.add(f"freshness p50 s, {label}", percentile(delays, 0.5))
+    server.add(f"freshness p99 s, {label}", percentile(delays, 0.99))
+    # A post never shown, nor any newer one of its TrainJob, by the end of the wait
+    # counts as infinitely late here: a quantile that reaches one reads "> cap".
+    padded = delays + [math.inf] * unseen
+    server.add(f"freshness p99 s, unseen = inf, {label}", percentile(padded, 0.99))
+    server.add(f"% of posts never shown, {label}", 100 * unseen / len(sent) if sent else 0)
     server.add(f"failed posts, {label}", failures.total())
+    server.add(f"wait after the window s, {label}", waited)
     server.codes.update(failures)
+
+
+async def settled(cluster: Cluster, done: Callable[[], bool], args: argparse.Namespace) -> float:
+    """Waits until ``done()``, or no status write for ``--quiet`` seconds, or
+    ``--settle`` seconds; the seconds waited."""
+    began = time.monotonic()
+    writes, since = cluster.status_writes(), began
+    while not done() and time.monotonic() - began < args.settle:
+        await asyncio.sleep(0.5)
+        now = cluster.status_writes()
+        if now != writes:
+            writes, since = now, time.monotonic()
+        elif time.monotonic() - since >= args.quiet:
+            break
+    return time.monotonic() - began
 
 
 # -- answers ------------------------------------------------------------------------------
@@ -401,9 +436,13 @@ async def interleaved(
 
 def table(servers: list[Server], less_is_better: tuple[str, ...]) -> None:
     """Median over rounds; "ours ahead" is ours / peer where more is better and peer /
-    ours where less is (so above 1 means ours is ahead either way)."""
+    ours where less is (so above 1 means ours is ahead either way); where a row has
+    several rounds, their range (the noise) follows."""
     ours, peer = servers
-    print(f"\n{'row (median of rounds)':<40} {'ours':>16} {'peer':>16} {'ours ahead':>11}")
+    print(
+        f"\n{'row (median of rounds)':<40} {'ours':>16} {'peer':>16} {'ours ahead':>11}"
+        "  range of rounds (ours; peer)"
+    )
     for row, mine in ours.samples.items():
         theirs = peer.samples.get(row, [])
         if mine and isinstance(mine[0], str):
@@ -411,24 +450,35 @@ def table(servers: list[Server], less_is_better: tuple[str, ...]) -> None:
             continue
         x = statistics.median(mine)
         y = statistics.median(theirs) if theirs else math.nan
-        if row.startswith(less_is_better):
-            ratio = y / x if x else math.nan
-        else:
-            ratio = x / y if y else math.nan
+        better, worse = (y, x) if row.startswith(less_is_better) else (x, y)
+        ratio = _ratio(better, worse)
         if math.isnan(ratio):
             shown = "-"
         else:
             shown = "unbounded" if math.isinf(ratio) else f"x{_cell(ratio)}"
-        print(f"{row:<40} {_cell(x):>16} {_cell(y):>16} {shown:>11}")
+        spread = f"  {_range(mine)}; {_range(theirs)}" if len(mine) > 1 else ""
+        print(f"{row:<40} {_cell(x):>16} {_cell(y):>16} {shown:>11}{spread}")
     for server in servers:
         codes = ", ".join(f"{code or 'no answer'}: {n}" for code, n in sorted(server.codes.items()))
         print(f"failed posts of {server.name}, by answer: {codes or 'none'}")
 
 
+def _ratio(top: float, bottom: float) -> float:
+    """``top / bottom``; unbounded where only ``bottom`` is 0 (none lost against some),
+    undefined where both are."""
+    if bottom == 0 or math.isnan(bottom):
+        return math.inf if top > 0 else math.nan
+    return top / bottom
+
+
+def _range(values: list[float]) -> str:
+    return f"{_cell(min(values))}-{_cell(max(values))}" if values else "-"
+
+
 def _cell(value: float) -> str:
     """Three significant digits, never in exponent notation (a table to read)."""
     if math.isinf(value):
-        return "never"
+        return "> cap"
     if abs(value) >= 100:
         return f"{value:,.0f}"
     if value == 0 or abs(value) >= 0.001:
@@ -467,12 +517,15 @@ async def run(args: argparse.Namespace, cluster: Api) -> None:
             rss_first: dict[str, int] = {}
             for count in args.trainjobs:
                 state.grow(count)
-                print(f"# freshness: {count} TrainJobs, a post each {args.interval:.0f} s")
+                print(
+                    f"# freshness: {count} TrainJobs, a post each {args.interval:g} s for "
+                    f"{args.window:g} s, then up to {args.settle:g} s for the last to show"
+                )
                 await interleaved(
                     servers,
                     args.freshness_rounds,
                     lambda s, n=count: freshness(  # type: ignore[misc]  # bound per phase
-                        session, state, s, watch, n, args.interval, args.window, args.grace
+                        session, state, s, watch, n, args
                     ),
                     state.settle,
                 )
@@ -486,7 +539,8 @@ async def run(args: argparse.Namespace, cluster: Api) -> None:
     finally:
         for server in servers:
             server.process.close()
-    table(servers, ("CPU", "p50", "p99", "writes", "freshness", "memory", "failed", "%"))
+    print(f"# load average at the end: {loadavg()}")
+    table(servers, ("CPU", "p50", "p99", "writes", "freshness", "memory", "failed", "%", "wait"))
 
 
 def main() -> None:
@@ -511,8 +565,26 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=float, default=10, help="a post's client timeout, s")
     parser.add_argument("--interval", type=float, default=5, help="seconds between a pod's posts")
-    parser.add_argument("--window", type=float, default=30, help="freshness round length")
-    parser.add_argument("--grace", type=float, default=15, help="wait for the last posts to show")
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=30,
+        help="how long a freshness round posts, s (then it waits)",
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=300,
+        help="after a freshness round's window, the longest wait for every TrainJob to "
+        "show its last post (1,000 TrainJobs at 5 writes/s take 200 s a cycle)",
+    )
+    parser.add_argument(
+        "--quiet",
+        type=float,
+        default=15,
+        help="the wait after a window also ends once no status write has reached the API "
+        "server for this long (a server that lost posts writes no more)",
+    )
     args = parse_args(
         parser,
         {
@@ -522,7 +594,8 @@ def main() -> None:
             "trainjobs": [1, 3],
             "window": 2,
             "interval": 1,
-            "grace": 2,
+            "settle": 10,
+            "quiet": 3,
         },
     )
     try:
@@ -534,6 +607,7 @@ def main() -> None:
         sys.exit(f"trainer_side_by_side: {why}")
     pin(LOAD_CPU)
     print(f"# Kubeflow Trainer {trainer.root.name}; API server: {args.api}")
+    print(f"# load average at the start: {loadavg()}")
     if args.api == "devcluster":
         asyncio.run(on_devcluster(args))
         return

@@ -209,6 +209,8 @@ BENCHES = [
             r"^answer: another TrainJob's pod\s+403 Forbidden\s+200",
             r"^answer: malformed body\s+422 Invalid\s+422 Invalid",
             rf"^freshness p99 s, 3 TJ\s+{NUMBER}\s+{NUMBER}",
+            rf"^freshness p99 s, unseen = inf, 3 TJ\s+(?:{NUMBER}|> cap)\s+(?:{NUMBER}|> cap)",
+            rf"^% of posts never shown, 3 TJ\s+{NUMBER}\s+{NUMBER}",
             rf"^memory KiB per TrainJob\s+-?{NUMBER}\s+-?{NUMBER}",
         ),
         # The development cluster: a smoke run need not build kube-apiserver.

@@ -4,7 +4,25 @@ with the ``TrainJobStatus`` gate off or on, its status server package run alone,
 server run as deployed (``trainjob-status-server serve``) with its pod webhook
 registered in the API server. No kubelet and no JobSet controller run: pods are created
 by hand from the trainer step of the JobSet the Trainer built, as the Job controller
-would, and their projected token is requested as the kubelet would request it."""
+would, and their projected token is requested as the kubelet would request it.
+
+The controller manager runs as deployed, not as the admin: as its service account
+``kubeflow-system/kubeflow-trainer-controller-manager``, bound to the ClusterRole of the
+Trainer's own manifests (``manifests/base/rbac``), through a kubeconfig holding a token
+the control plane minted for that account (TokenRequest); our runner of its status
+server package runs with the same credentials. Its validating and mutating webhooks
+(``manifests/base/webhook``, named and selected as its kustomization patches them) are
+registered while it runs, pointed at its webhook server on loopback. Two things differ
+from a cluster, because a control plane alone has no cluster network: the webhooks name
+a URL (``https://127.0.0.1:PORT/PATH``), not the Service ``kubeflow-trainer-controller-
+manager`` (kube-apiserver would dial the Service's cluster IP, which nothing routes
+here, and Endpoints may not name a loopback address); and so the Trainer's own
+certificate management, whose certificate names only that Service's DNS name, is off:
+the rig gives it a CA and a serving pair for both names (the Service's, for the pods
+that post to its status server, and 127.0.0.1, for kube-apiserver's webhook calls) in
+its certificate folder and in the Secret ``kubeflow-trainer-webhook-cert``, whose
+``ca.crt`` the Trainer copies into each TrainJob's ``NAME-tls-config`` ConfigMap, as
+certificates made elsewhere (the chart's ``certManagement.enable: false``) would be."""
 
 from __future__ import annotations
 
@@ -18,11 +36,12 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from trainjob_devcluster.harness.kubeconfig import write_kubeconfig
 from trainjob_devcluster.harness.kubeflow_trainer import (
     GATE,
     OPERATOR_NAMESPACE,
@@ -37,9 +56,11 @@ from trainjob_devcluster.harness.kubeflow_trainer import (
     tls_ready,
     write_config,
 )
+from trainjob_devcluster.harness.pki import CertificateAuthority
 from trainjob_devcluster.harness.realcluster import RealCluster
 from trainjob_devcluster.harness.testing import ServingCerts, free_port
 from trainjob_devcluster.harness.workloads import controller_reference
+from trainjob_devcluster.storage.patches import json_patch
 from trainjob_status import contract
 from trainjob_status_server.pods.injection import VOLUME_NAME
 
@@ -49,6 +70,14 @@ JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 OUR_WEBHOOK = "trainjob-status"
+ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
+RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
+# What the Trainer's kustomization names the kinds of webhook configuration (the names
+# its certificate management would look for too).
+TRAINER_WEBHOOKS = {
+    "MutatingWebhookConfiguration": ("mutatingwebhookconfigurations", "patch_mutating.yaml"),
+    "ValidatingWebhookConfiguration": ("validatingwebhookconfigurations", "patch_validating.yaml"),
+}
 # The field manager both servers write trainerStatus as.
 FIELD_MANAGER = "trainer-status"
 
@@ -124,27 +153,58 @@ class Kubeflow:
     cluster: RealCluster
     assets: TrainerAssets
     workdir: Path
+    # The Trainer's CA and its serving pair (the Service's name and 127.0.0.1).
+    trainer_ca: CertificateAuthority = field(default_factory=CertificateAuthority)
+    trainer_pair: tuple[bytes, bytes] = (b"", b"")
 
     # -- the cluster ---------------------------------------------------------------------
 
     def install(self) -> None:
         """The Trainer's CRDs and JobSet's replace any the control plane had; then its
-        namespace, the (empty) Secret its certificate management fills, the service
-        account whose token the Trainer reads its issuer from, and the runtime."""
+        namespace, its service account and that account's ClusterRole and binding, the
+        Secret holding its serving pair and CA, and the runtime."""
         for crd in self.assets.crds():
             self._put_crd(crd)
         self.cluster.ensure_namespace(OPERATOR_NAMESPACE)
-        for plural, body in (
-            ("secrets", {"metadata": {"name": WEBHOOK_SECRET}}),
-            ("serviceaccounts", {"metadata": {"name": SERVICE_NAME}}),
-        ):
+        service = f"{SERVICE_NAME}.{OPERATOR_NAMESPACE}.svc"
+        self.trainer_pair = self.trainer_ca.issue_server_cert([service], ["127.0.0.1"])
+        cert, key = self.trainer_pair
+        secret: dict[str, Any] = {
+            "metadata": {"name": WEBHOOK_SECRET},
+            "type": "kubernetes.io/tls",
+            "data": {
+                name: base64.b64encode(value).decode()
+                for name, value in (
+                    ("tls.crt", cert),
+                    ("tls.key", key),
+                    ("ca.crt", self.trainer_ca.cert_pem),
+                )
+            },
+        }
+        account: dict[str, Any] = {"metadata": {"name": SERVICE_NAME}}
+        for plural, body in (("secrets", secret), ("serviceaccounts", account)):
             if self.cluster.get(plural, OPERATOR_NAMESPACE, body["metadata"]["name"]) is None:
                 self.cluster.create(plural, body, OPERATOR_NAMESPACE)
+        self._install_rbac()
         runtime = self.assets.runtime()
         path = f"{TRAINER_API}/clustertrainingruntimes"
         code, _ = self.cluster.plane.request("GET", f"{path}/{runtime['metadata']['name']}")
         if code == 404:
             self.cluster.call("POST", path, runtime)
+
+    def _install_rbac(self) -> None:
+        """The Trainer's ClusterRole and ClusterRoleBinding as its manifests ship them,
+        the binding's service account in the namespace its kustomization installs to."""
+        (role,) = self.assets.manifests("manifests/role.yaml")
+        (binding,) = self.assets.manifests("manifests/role_binding.yaml")
+        binding["subjects"] = [
+            {**subject, "namespace": OPERATOR_NAMESPACE} for subject in binding["subjects"]
+        ]
+        for plural, body in (("clusterroles", role), ("clusterrolebindings", binding)):
+            path = f"{RBAC_API}/{plural}"
+            code, _ = self.cluster.plane.request("GET", f"{path}/{body['metadata']['name']}")
+            if code == 404:
+                self.cluster.call("POST", path, body)
 
     def _put_crd(self, crd: dict[str, Any]) -> None:
         path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -283,12 +343,28 @@ class Kubeflow:
 
     # -- programs ------------------------------------------------------------------------
 
+    def _controller_kubeconfig(self) -> Path:
+        """A kubeconfig holding a token the control plane minted for the Trainer's
+        service account (as its pod would mount), not the admin's."""
+        token = self.cluster.request_token(OPERATOR_NAMESPACE, SERVICE_NAME, [self.cluster.url])
+        return write_kubeconfig(
+            self._fresh_dir("kubeconfig") / "kubeconfig",
+            self.cluster.url,
+            self.cluster.ca_path.read_bytes(),
+            token,
+        )
+
     def _controller_token(self) -> str:
         return self.cluster.request_token(OPERATOR_NAMESPACE, SERVICE_NAME, [self.cluster.url])
 
+    def _serving_pair(self) -> dict[str, bytes]:
+        cert, key = self.trainer_pair
+        return {"tls.crt": cert, "tls.key": key, "ca.crt": self.trainer_ca.cert_pem}
+
     @contextmanager
     def controller(self, *, gate: bool) -> Iterator[TrainerController]:
-        """The Trainer's controller manager, ``TrainJobStatus`` gate as asked."""
+        """The Trainer's controller manager, ``TrainJobStatus`` gate as asked, its
+        webhooks registered while it runs."""
         probe, webhook, status = free_port(), free_port(), free_port()
         config = write_config(
             self._fresh_dir("controller"),
@@ -299,34 +375,81 @@ class Kubeflow:
             f"--config={config}",
             f"--feature-gates={GATE}={str(gate).lower()}",
         ]
-        probe_ready = http_ready(probe)
-
-        def ready() -> bool:
-            self._mount_webhook_secret(process.cert_dir)
-            return probe_ready()
-
         process = TrainerProcess(
             argv,
             token=self._controller_token(),
-            kubeconfig=self.cluster.kubeconfig_path,
-            ready=ready,
+            kubeconfig=self._controller_kubeconfig(),
+            # Ready once its webhook server has started (its readiness check says so).
+            ready=http_ready(probe),
+            certs=self._serving_pair(),
             name="trainer-controller-manager",
         )
         with process:
-            if gate:
-                wait_for("the Trainer's status server", tls_ready(status))
-            yield TrainerController(process, status if gate else 0)
+            try:
+                self._register_trainer_webhooks(webhook)
+                if gate:
+                    wait_for("the Trainer's status server", tls_ready(status))
+                yield TrainerController(process, status if gate else 0)
+            finally:
+                # Without its server, a webhook that fails closed would refuse every
+                # TrainJob written after (as in a cluster whose Trainer is down).
+                self._unregister_trainer_webhooks()
 
-    def _mount_webhook_secret(self, folder: Path) -> None:
-        """The kubelet's part: the Secret the controller's certificate management fills
-        is mounted where the controller waits for it (its serving pair)."""
-        if (folder / "tls.crt").exists():
-            return
-        secret = self.cluster.get("secrets", OPERATOR_NAMESPACE, WEBHOOK_SECRET) or {}
-        data = secret.get("data") or {}
-        if "tls.crt" in data and "tls.key" in data:
-            for key in ("tls.key", "tls.crt", "ca.crt"):
-                (folder / key).write_bytes(base64.b64decode(data[key]))
+    def trainer_webhooks(self, port: int) -> list[dict[str, Any]]:
+        """The Trainer's webhook configurations as its kustomization builds them, each
+        webhook pointed at its server on 127.0.0.1:``port`` with the rig's CA."""
+        configs = []
+        for config in self.assets.manifests("webhooks.yaml"):
+            _, patch = TRAINER_WEBHOOKS[config["kind"]]
+            config = json_patch(config, self.assets.manifests(f"manifests/{patch}")[0])
+            for hook in config["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {
+                    "url": f"https://127.0.0.1:{port}{path}",
+                    "caBundle": base64.b64encode(self.trainer_ca.cert_pem).decode(),
+                }
+            configs.append(config)
+        return configs
+
+    def _register_trainer_webhooks(self, port: int) -> None:
+        """Registered, then waited for until kube-apiserver calls both (it takes them
+        from a watch of its own): a TrainJob created as a dry run gets the defaulter's
+        time on its runtime patch, and one naming no runtime is refused by the
+        validator."""
+        # A controller stopped by hand inside another's block left its own behind.
+        self._unregister_trainer_webhooks()
+        for config in self.trainer_webhooks(port):
+            plural, _ = TRAINER_WEBHOOKS[config["kind"]]
+            self.cluster.call("POST", f"{ADMISSION_API}/{plural}", config)
+        self.cluster.ensure_namespace("default")
+        path = f"{TRAINER_API}/namespaces/default/trainjobs?dryRun=All"
+
+        def probe(runtime: str) -> tuple[int, Any]:
+            body = {
+                "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                "kind": "TrainJob",
+                "metadata": {"name": "webhook-probe"},
+                "spec": {
+                    "runtimeRef": {"name": runtime},
+                    "runtimePatches": [{"manager": "example.com/webhook-probe"}],
+                },
+            }
+            return self.cluster.plane.request("POST", path, body)
+
+        def called() -> bool:
+            code, defaulted = probe("torch-distributed")
+            patches = defaulted.get("spec", {}).get("runtimePatches") or [{}]
+            return code == 201 and "time" in patches[0] and probe("no-such-runtime")[0] == 403
+
+        wait_for("kube-apiserver calling the Trainer's webhooks", called)
+
+    def _unregister_trainer_webhooks(self) -> None:
+        for config in self.assets.manifests("webhooks.yaml"):
+            plural, patch = TRAINER_WEBHOOKS[config["kind"]]
+            named = json_patch(config, self.assets.manifests(f"manifests/{patch}")[0])
+            self.cluster.plane.request(
+                "DELETE", f"{ADMISSION_API}/{plural}/{named['metadata']['name']}"
+            )
 
     @contextmanager
     def trainer_status_server(self, certs: ServingCerts) -> Iterator[PeerServer]:
@@ -336,7 +459,7 @@ class Kubeflow:
         process = TrainerProcess(
             [str(self.assets.status_server), f"--config={config}"],
             token=self._controller_token(),
-            kubeconfig=self.cluster.kubeconfig_path,
+            kubeconfig=self._controller_kubeconfig(),
             ready=tls_ready(port),
             certs={"tls.crt": certs.cert_file.read_bytes(), "tls.key": certs.key_file.read_bytes()},
             name="trainer-status-server",
@@ -368,13 +491,35 @@ class Kubeflow:
         with process:
             self._register_webhook(port, certs)
             try:
-                yield OurServer(process, port, metrics)
+                server = OurServer(process, port, metrics)
+                self._until_our_webhook_is_called(server)
+                yield server
             finally:
                 self.cluster.plane.request(
-                    "DELETE",
-                    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
-                    + OUR_WEBHOOK,
+                    "DELETE", f"{ADMISSION_API}/mutatingwebhookconfigurations/{OUR_WEBHOOK}"
                 )
+
+    def _until_our_webhook_is_called(self, server: OurServer) -> None:
+        """kube-apiserver takes a new webhook configuration from a watch of its own, so
+        a pod created just after the configuration may be admitted without the webhook:
+        waits until it calls ours, with pods created as a dry run (admitted, not
+        stored) and not selected, so the injection counts of the tests' pods are
+        unchanged."""
+        sample = 'trainjob_status_injections_total{result="not_selected"}'
+        before = server.metric(sample)
+        probe = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "webhook-probe"},
+            "spec": {"containers": [{"name": "probe", "image": "busybox"}]},
+        }
+        # Its namespace needs the default ServiceAccount the pod is admitted with.
+        self.cluster.ensure_namespace("default")
+        path = "/api/v1/namespaces/default/pods?dryRun=All"
+        wait_for(
+            "kube-apiserver calling our webhook",
+            lambda: self.cluster.call("POST", path, probe) and server.metric(sample) > before,
+        )
 
     def _register_webhook(self, port: int, certs: ServingCerts) -> None:
         hook = {
@@ -411,9 +556,7 @@ class Kubeflow:
             "metadata": {"name": OUR_WEBHOOK},
             "webhooks": [hook],
         }
-        self.cluster.call(
-            "POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", body
-        )
+        self.cluster.call("POST", f"{ADMISSION_API}/mutatingwebhookconfigurations", body)
 
     def _fresh_dir(self, name: str) -> Path:
         folder = self.workdir / f"{name}-{secrets.token_hex(3)}"

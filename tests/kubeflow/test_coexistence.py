@@ -157,7 +157,9 @@ def test_override_existing_takes_the_trainers_pods_over(
         assert trainer_step_env(jobset)[URL_ENV] == trainer_url(trainer.status_port, ns, name)
         pod = kubeflow.trainer_pod(jobset)
         env = env_of(pod)
-        assert env[URL_ENV] == OURS + status_path(ns, name)
+        # Our server's log says what it decided (the pod's admission, the post's check),
+        # should either go otherwise.
+        assert env[URL_ENV] == OURS + status_path(ns, name), ours.process.log()[-4000:]
         assert ours.metric('trainjob_status_injections_total{result="overridden"}') == 1
         volumes = [v for v in pod["spec"]["volumes"] if v["name"] == VOLUME_NAME]
         assert len(volumes) == 1
@@ -169,7 +171,7 @@ def test_override_existing_takes_the_trainers_pods_over(
             hostname="localhost",
             body=status_body(55, stamp(1)),
         )
-        assert answer.code == 200, answer
+        assert answer.code == 200, (answer, ours.process.log()[-4000:])
         shows(kubeflow, ns, name, 55)
 
 

@@ -72,6 +72,16 @@ class TrainerAssets:
         """A ClusterTrainingRuntime of the Trainer's own manifests."""
         return _load(self.root / "runtimes" / f"{name}.yaml")
 
+    def manifests(self, file: str) -> list[Any]:
+        """Every document of ``file`` of the Trainer's manifests the build copied: its
+        webhook configurations (``webhooks.yaml``), its controller's RBAC
+        (``manifests/role.yaml``, ``manifests/role_binding.yaml``) and the patches its
+        kustomization applies to the webhooks (``manifests/patch_*.yaml``)."""
+        path = self.root / file
+        if not path.exists():
+            raise TrainerAssetsMissing(f"no {file} in {self.root} (make trainer-assets copies it)")
+        return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
 
 def _load(path: Path) -> dict[str, Any]:
     document: dict[str, Any] = yaml.safe_load(path.read_text())
@@ -247,8 +257,8 @@ class ChildProcess:
 class TrainerProcess(ChildProcess):
     """One of the Trainer's programs, in a mount namespace of its own where its service
     account folder holds ``token`` (whose issuer claim is all the status server reads)
-    and the operator namespace, and its certificate folder holds ``certs`` (none: the
-    controller's certificate management writes its own there)."""
+    and the operator namespace, and its certificate folder holds ``certs`` (its serving
+    pair: ``tls.crt``, ``tls.key``, as a mounted Secret would)."""
 
     def __init__(
         self,
@@ -315,12 +325,21 @@ def tls_ready(port: int) -> Ready:
 
 
 def controller_config(
-    *, probe_port: int, webhook_port: int, status_port: int, qps: float = 5, burst: int = 10
+    *,
+    probe_port: int,
+    webhook_port: int,
+    status_port: int,
+    qps: float = 5,
+    burst: int = 10,
 ) -> dict[str, Any]:
     """The controller manager's configuration file for a run outside a cluster: probes
-    and webhooks on loopback, no metrics endpoint, no leader election (one replica), its
-    certificate management on (it mints the CA the TrainJobs' ``NAME-tls-config``
-    ConfigMaps carry); everything else the Trainer's defaults."""
+    and webhooks on loopback, no metrics endpoint, no leader election (one replica);
+    everything else the Trainer's defaults but its certificate management, off: its
+    certificate names only the webhook Service's DNS name, which
+    kube-apiserver reaches through a Service and a cluster network that a control plane
+    alone does not have, so the serving pair and the Secret its TrainJobs'
+    ``NAME-tls-config`` ConfigMaps copy the CA from are provided from outside, as
+    cert-manager provides them where the Trainer's chart turns it off."""
     return {
         "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
         "kind": "Configuration",
@@ -333,7 +352,7 @@ def controller_config(
         "webhook": {"port": webhook_port, "host": "127.0.0.1"},
         "leaderElection": {"leaderElect": False},
         "certManagement": {
-            "enable": True,
+            "enable": False,
             "webhookServiceName": SERVICE_NAME,
             "webhookSecretName": WEBHOOK_SECRET,
         },
