@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,14 +16,18 @@ import pytest
 
 from trainjob_devcluster.common.status import ApiError
 from trainjob_devcluster.harness.controlplane import (
+    PORT_ATTEMPTS,
     ApiserverFiles,
     AssetsMissing,
     ControlPlane,
+    PortTaken,
     apiserver_args,
     etcd_args,
     find_assets,
+    port_taken,
 )
 from trainjob_devcluster.harness.realcluster import RealCluster
+from trainjob_devcluster.harness.testing import free_port
 from trainjob_status import contract
 
 RBAC = "rbac.authorization.k8s.io"
@@ -263,3 +268,58 @@ def test_an_interrupted_start_leaves_no_process(tmp_path: Path, signal_number: i
     if signal_number == signal.SIGINT:
         assert not workdir.exists()
     shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_a_port_taken_between_finding_and_binding_is_found_again(
+    control_plane: RealCluster,
+) -> None:
+    """etcd's client port, found free, is taken by another process before etcd binds it:
+    the start is made again on new ports."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        given = [taken]
+
+        def ports() -> int:
+            return given.pop(0) if given else free_port()
+
+        with ControlPlane(find_assets(), ports=ports) as plane:
+            assert given == []
+            assert plane.request("GET", "/readyz") == (200, "ok")
+            assert not plane.url.endswith(f":{taken}")
+
+
+def test_a_port_taken_at_every_attempt_fails_after_the_last(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    fake = tmp_path / "assets"
+    fake.mkdir()
+    for name in ("etcd", "kube-apiserver"):
+        script = fake / name
+        script.write_text(
+            f"#!/bin/sh\necho {name} >> {runs}\n"
+            "echo 'listen tcp 127.0.0.1:1: bind: address already in use' >&2\nexit 1\n"
+        )
+        script.chmod(0o755)
+    plane = ControlPlane(fake)
+    with pytest.raises(PortTaken) as caught:
+        plane.start()
+    assert str(caught.value).startswith("etcd exited with 1 during start:\n")
+    assert runs.read_text().split().count("etcd") == PORT_ATTEMPTS
+    assert not plane.workdir.exists()
+
+
+@pytest.mark.parametrize(
+    ("log", "taken"),
+    [
+        ('{"level":"fatal","msg":"listen tcp 127.0.0.1:2379: bind: address already in use"}', True),
+        (
+            "E1205 failed to listen on 127.0.0.1:6443: listen tcp 127.0.0.1:6443: bind: address already in use",
+            True,
+        ),
+        ("Error: unknown flag: --bad", False),
+        ("", False),
+    ],
+)
+def test_a_taken_port_is_told_by_the_log(log: str, taken: bool) -> None:
+    assert port_taken(log) is taken

@@ -22,7 +22,7 @@ import ssl
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -45,10 +45,23 @@ ADMIN_GROUPS = "system:masters"
 # A kube-apiserver on a busy 2-core machine is ready in 5 to 10 s; this stays under the
 # suite's 120 s per-test timeout, which the first test's session fixture counts against.
 READY_TIMEOUT = 100.0
+# Ports are found free and bound by the child later: another process may take one in
+# between (seen on a loaded machine). A start that fails so is made again on new ports.
+PORT_ATTEMPTS = 3
 
 
 class AssetsMissing(RuntimeError):
     """The binaries are not where ``KUBEBUILDER_ASSETS`` says (or it is unset)."""
+
+
+class PortTaken(RuntimeError):
+    """A child exited during start because its port was taken meanwhile."""
+
+
+def port_taken(log: str) -> bool:
+    """Whether a child's log says it could not bind its port (etcd and kube-apiserver
+    both report Go's ``bind: address already in use``)."""
+    return "bind: address already in use" in log
 
 
 def find_assets(environ: Mapping[str, str] = os.environ) -> Path:
@@ -135,11 +148,19 @@ class ControlPlane:
     stop is called on every exit path of ``with`` (KeyboardInterrupt included).
     """
 
-    def __init__(self, assets: Path, *, issuer: str | None = DEFAULT_ISSUER) -> None:
+    def __init__(
+        self,
+        assets: Path,
+        *,
+        issuer: str | None = DEFAULT_ISSUER,
+        ports: Callable[[], int] = free_port,
+    ) -> None:
         # None: the API server's own URL, where a client outside the cluster finds the
         # issuer's discovery document (Kubeflow Trainer's status server looks there).
         self.assets = assets
-        self.issuer = issuer or ""
+        self._given_issuer = issuer or ""
+        self.issuer = self._given_issuer
+        self._ports = ports
         self.workdir = Path(tempfile.mkdtemp(prefix="controlplane-"))
         self.admin_token = secrets.token_urlsafe(32)
         self.ca = CertificateAuthority("trainjob-status control plane CA")
@@ -152,15 +173,15 @@ class ControlPlane:
 
     def start(self) -> ControlPlane:
         try:
-            etcd_port = free_port()
-            self._spawn("etcd", etcd_args(self.workdir / "etcd", etcd_port, free_port()))
-            port = free_port()
-            self.issuer = self.issuer or f"https://127.0.0.1:{port}"
-            files = self._write_files()
-            self._spawn("kube-apiserver", apiserver_args(files, port, etcd_port, self.issuer))
-            self.url = f"https://127.0.0.1:{port}"
-            write_kubeconfig(self.kubeconfig_path, self.url, self.ca.cert_pem, self.admin_token)
-            self._wait_ready()
+            for attempt in range(1, PORT_ATTEMPTS + 1):
+                try:
+                    self._start_processes()
+                    break
+                except PortTaken:
+                    self._stop_processes()
+                    shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
+                    if attempt == PORT_ATTEMPTS:
+                        raise
             for crd in ("trainjobs.yaml", "jobsets.yaml"):
                 self.install_crd(load_crd(crd))
         except BaseException:
@@ -168,7 +189,22 @@ class ControlPlane:
             raise
         return self
 
+    def _start_processes(self) -> None:
+        etcd_port = self._ports()
+        self._spawn("etcd", etcd_args(self.workdir / "etcd", etcd_port, self._ports()))
+        port = self._ports()
+        self.issuer = self._given_issuer or f"https://127.0.0.1:{port}"
+        files = self._write_files()
+        self._spawn("kube-apiserver", apiserver_args(files, port, etcd_port, self.issuer))
+        self.url = f"https://127.0.0.1:{port}"
+        write_kubeconfig(self.kubeconfig_path, self.url, self.ca.cert_pem, self.admin_token)
+        self._wait_ready()
+
     def stop(self) -> None:
+        self._stop_processes()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _stop_processes(self) -> None:
         # The API server first: it would log etcd's absence for as long as it outlived it.
         for _, process in reversed(self._processes):
             with contextlib.suppress(ProcessLookupError):
@@ -179,7 +215,6 @@ class ControlPlane:
                 process.kill()
                 process.wait()
         self._processes.clear()
-        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> ControlPlane:
         return self.start()
@@ -247,7 +282,8 @@ class ControlPlane:
         for name, process in self._processes:
             if process.poll() is not None:
                 log = (self.workdir / f"{name}.log").read_text(errors="replace")
-                raise RuntimeError(
+                failure = PortTaken if port_taken(log) else RuntimeError
+                raise failure(
                     f"{name} exited with {process.returncode} during start:\n{log[-4000:]}"
                 )
 
