@@ -143,10 +143,11 @@ def test_rotated_server_ca_is_picked_up_from_the_ca_file(
     reporter.report(10)
     assert reporter.flush(5)
     new_ca = sink.rotate()  # the server now presents a certificate from a new CA
-    reporter.report(20)
-    sink.replies.append(Reply(close=True))  # make the next post open a new connection
+    # The next answer closes its connection, so the post after it opens a new one.
+    sink.replies.append(Reply(close=True))
     reporter.report(30)
     assert reporter.flush(5)  # the kept-alive connection still works
+    assert sink.requests[-1].status["progressPercentage"] == 30
     reporter.report(40)
     assert reporter.flush(0.5) is False  # the old CA cannot verify the new certificate
     sink.ca_file.write_bytes(new_ca.cert_pem.bytes())  # the mounted CA file is updated
