@@ -45,7 +45,6 @@ from trainjob_devcluster import DevCluster
 from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_devcluster.harness.realcluster import RealCluster
 from trainjob_status.contract import GROUP
-from trainjob_status_server.gofmt import human_duration
 from trainjob_status_server.kube import KubeClient
 from trainjob_status_server.kube.errors import KubeError, KubeUnavailable
 
@@ -57,37 +56,6 @@ def iso(seconds: float) -> str:
 
 
 # -- pure ------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [
-        (-5, "<invalid>"),
-        (-1, "0s"),
-        (0, "0s"),
-        (59, "59s"),
-        (119, "119s"),
-        (120, "2m"),
-        (150, "2m30s"),
-        (599, "9m59s"),
-        (600, "10m"),
-        (3700, "61m"),
-        (179 * 60 + 59, "179m"),
-        (3 * 3600, "3h"),
-        (3 * 3600 + 120, "3h2m"),
-        (8 * 3600, "8h"),
-        (47 * 3600, "47h"),
-        (48 * 3600, "2d"),
-        (50 * 3600, "2d2h"),
-        (8 * 86400, "8d"),
-        (729 * 86400, "729d"),
-        (730 * 86400, "2y"),
-        (800 * 86400, "2y70d"),
-        (9 * 365 * 86400, "9y"),
-    ],
-)
-def test_durations_read_as_kubectl_ages(seconds: float, text: str) -> None:
-    assert human_duration(seconds) == text
 
 
 @pytest.mark.parametrize(
