@@ -1,13 +1,17 @@
 """The composition root: a Config (and an authenticator) -> running components.
 
 Start order: Kubernetes client, TrainJob cache, TLS watcher, the serving listener, the
-metrics and probe listeners. Stop order (SIGTERM): readiness goes false, the serving
-listener stops accepting, in-flight requests finish (up to ``shutdown_timeout``), then
-the rest closes.
+metrics and probe listeners. Stop order (SIGTERM): readiness goes false and the writer
+takes no new update (posts: 503, retried elsewhere); beside each other, the serving
+listener keeps accepting for ``shutdown_delay`` (the Service's endpoints catch up), then
+stops and in-flight requests finish (up to ``shutdown_timeout``), and the writer drains
+what it accepted (up to ``drain_timeout``); then the rest closes (the metrics port after
+the drain, so its counts can still be scraped).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from collections.abc import Mapping
@@ -121,6 +125,7 @@ class StatusServer:
                 min_interval=config.min_write_interval,
                 concurrency=writes_in_flight(config.kube_api_burst),
                 target_freshness=config.target_freshness,
+                drain_qps=config.drain_kube_api_qps,
             )
         )
         self.endpoint = StatusEndpoint(
@@ -321,11 +326,17 @@ class StatusServer:
 
     async def stop(self) -> None:
         self.shutting_down = True
-        if self._serving is not None:
-            # Stops accepting, then waits for in-flight requests up to shutdown_timeout.
-            await self._serving.cleanup()
-        # Posts are all answered now; what they queued is written before the rest closes.
-        await self.writer.stop(self.config.drain_timeout)
+        # The drain starts at once, beside the in-flight requests: from now on a post is
+        # answered 503 (retried on another replica), and what was answered 200 is written.
+        drained = asyncio.ensure_future(self.writer.stop(self.config.drain_timeout))
+        try:
+            if self._serving is not None:
+                # Load balancers still send new connections for a moment: answered 503.
+                await asyncio.sleep(self.config.shutdown_delay)
+                # Stops accepting, then waits for in-flight requests up to shutdown_timeout.
+                await self._serving.cleanup()
+        finally:
+            await drained
         if self._metrics is not None:
             await self._metrics.cleanup()
         if self._probes is not None:

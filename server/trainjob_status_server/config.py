@@ -52,9 +52,11 @@ class Config:
     max_header_bytes: int = 8192
     write_timeout: float = 10.0
     shutdown_timeout: float = 5.0
+    shutdown_delay: float = 3.0
     write_mode: str = "coalesce"
     min_write_interval: float = 1.0
     drain_timeout: float = 10.0
+    drain_kube_api_qps: float = 50.0
     # Unset: the budget advice says when demand exceeds the budget, without a QPS.
     target_freshness: float | None = None
     max_exported_series: int = 100_000
@@ -133,6 +135,10 @@ class Config:
             qps, burst = getattr(self, f"kube_{budget}_qps"), getattr(self, f"kube_{budget}_burst")
             if qps <= 0 or burst < 1:
                 problems.append(f"--kube-{budget}-qps must be > 0 and --kube-{budget}-burst >= 1")
+        if self.shutdown_delay < 0:
+            problems.append("--shutdown-delay must be >= 0")
+        if self.drain_kube_api_qps <= 0:
+            problems.append("--drain-kube-api-qps must be > 0")
         if self.min_write_interval < 0 or self.drain_timeout < 0:
             problems.append("--min-write-interval and --drain-timeout must be >= 0")
         if self.target_freshness is not None and self.target_freshness <= 0:
@@ -309,7 +315,18 @@ _FLAGS = (
         float,
         "seconds a connection's answers may wait unsent (the client not reading); then it closes",
     ),
-    _Flag("shutdown_timeout", float, "seconds in-flight requests get to finish on SIGTERM"),
+    _Flag(
+        "shutdown_delay",
+        float,
+        "seconds the status port keeps accepting after SIGTERM (readiness already false)"
+        " while the Service's endpoints catch up: posts are answered 503 with Retry-After"
+        " and the client retries them on another replica; 0: stop accepting at once",
+    ),
+    _Flag(
+        "shutdown_timeout",
+        float,
+        "seconds in-flight requests get to finish once the status port stops accepting",
+    ),
     _Flag(
         "write_mode",
         str,
@@ -318,7 +335,20 @@ _FLAGS = (
         ("coalesce", "direct"),
     ),
     _Flag("min_write_interval", float, "seconds between two status writes of one TrainJob"),
-    _Flag("drain_timeout", float, "seconds pending updates get to be written on SIGTERM"),
+    _Flag(
+        "drain_timeout",
+        float,
+        "seconds pending updates get to be written on SIGTERM (from the signal, beside the"
+        " in-flight requests); what is left then is logged per TrainJob and counted in"
+        ' trainjob_status_updates_dropped_total{reason="shutdown"}',
+    ),
+    _Flag(
+        "drain_kube_api_qps",
+        float,
+        "status writes per second at most while draining on SIGTERM (--kube-api-qps when"
+        " higher): a rolling update writes what each replica holds within --drain-timeout"
+        " instead of at the steady budget; the burst is as many",
+    ),
     _Flag(
         "target_freshness",
         float,

@@ -34,6 +34,14 @@ class Unavailable(Failure):
         return cls(cause.retry_after if isinstance(cause, KubeBudgetExhausted) else None)
 
 
+class ShuttingDown(Failure):
+    """This replica is stopping: it takes no new update (the client retries, and the
+    Service sends the retry to a replica that stays)."""
+
+    def __init__(self) -> None:
+        super().__init__("the server is shutting down")
+
+
 class RateLimited(Failure):
     """The poster's service account is over its rate for ``retry_after`` whole seconds."""
 

@@ -12,8 +12,18 @@ from .config import Config
 
 log = logging.getLogger(__name__)
 
-# Beyond the in-flight deadline: closing the watch, the API client and the listeners.
-_CLOSE_GRACE = 5.0
+CLOSE_GRACE = 5.0
+"""Beyond the in-flight and drain deadlines: closing the watches, the API client and the
+listeners."""
+
+
+def shutdown_deadline(config: Config) -> float:
+    """Seconds from SIGTERM to exit at most: the status port's delay and in-flight
+    requests beside the drain, then the rest closes. A pod's
+    ``terminationGracePeriodSeconds`` must be at least this, or the kubelet's SIGKILL
+    cuts the drain."""
+    serving = config.shutdown_delay + config.shutdown_timeout
+    return max(serving, config.drain_timeout) + CLOSE_GRACE
 
 
 async def serve_until_signalled(config: Config, authenticator: Authenticator | None = None) -> int:
@@ -34,10 +44,14 @@ async def serve_until_signalled(config: Config, authenticator: Authenticator | N
     await stop.wait()
     log.info(
         "shutting down",
-        extra={"in_flight_s": config.shutdown_timeout, "drain_s": config.drain_timeout},
+        extra={
+            "delay_s": config.shutdown_delay,
+            "in_flight_s": config.shutdown_timeout,
+            "drain_s": config.drain_timeout,
+        },
     )
     try:
-        async with asyncio.timeout(config.shutdown_timeout + config.drain_timeout + _CLOSE_GRACE):
+        async with asyncio.timeout(shutdown_deadline(config)):
             await server.stop()
     except TimeoutError:
         log.error("shutdown did not finish in time")

@@ -23,6 +23,7 @@ from trainjob_status_server.config import from_args
 from trainjob_status_server.http import webhook
 from trainjob_status_server.pods import injection
 from trainjob_status_server.pods.injection import Selector, Target
+from trainjob_status_server.running import shutdown_deadline
 
 from .rendering import MANIFESTS, OVERLAYS, ROOT, TARGETS, Doc, combinations, names, one, render
 
@@ -643,6 +644,17 @@ def test_container_args_are_flags_the_server_takes(variant: Variant) -> None:
     config = from_args(args, environ=env)
     assert config.check() == []
     assert getattr(config, "service_namespace") == variant.namespace  # noqa: B009
+
+
+def test_the_grace_period_covers_the_servers_drain(variant: Variant) -> None:
+    """The kubelet kills the container terminationGracePeriodSeconds after SIGTERM: the
+    server's delay, in-flight requests and drain (as its args set them) must fit, or a
+    rolling update cuts the writes of updates already answered 200."""
+    container = server(variant.docs)
+    env = {e["name"]: variant.namespace for e in container.get("env", [])}
+    config = from_args(build_parser().parse_args(["serve", *container["args"]]), environ=env)
+    grace = pod_spec(variant.docs)["terminationGracePeriodSeconds"]
+    assert grace >= shutdown_deadline(config), (grace, shutdown_deadline(config))
 
 
 # -- examples -------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from trainjob_status_server.failures import (
     Failure,
     Invalid,
     RateLimited,
+    ShuttingDown,
     TrainJobNotFound,
     Unauthenticated,
     Unavailable,
@@ -336,6 +337,7 @@ def every_failure() -> list[Failure]:
         AuthFailure("signature"),
         Unavailable(),
         RateLimited(1),
+        ShuttingDown(),
         TrainJobNotFound(),
         Invalid("Invalid", None),
         WriteFailed(),
@@ -359,6 +361,16 @@ def test_every_failure_has_an_answer() -> None:
         answer = errors.answer_for(failure)
         assert answer.body()["status"] == "Failure"
         assert 400 <= answer.code < 600
+
+
+def test_a_stopping_replica_asks_for_a_retry_on_a_new_connection() -> None:
+    answer = errors.answer_for(ShuttingDown())
+    assert answer.body() == {
+        **status(503, "ServiceUnavailable", "The server is shutting down: retry"),
+        "details": {"retryAfterSeconds": 1},
+    }
+    assert answer.headers == {"Retry-After": "1"}
+    assert answer.close
 
 
 def test_the_metrics_refusals_are_worded_as_the_api_server_words_them() -> None:

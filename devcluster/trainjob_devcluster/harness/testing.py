@@ -102,6 +102,7 @@ def server_config(kubeconfig: Path, certs: ServingCerts, **changes: Any) -> Conf
         kube_metrics_qps=1000.0,
         kube_metrics_burst=1000,
         shutdown_timeout=5.0,
+        shutdown_delay=0.0,
         min_write_interval=0.0,
     )
     return replace(config, **changes)

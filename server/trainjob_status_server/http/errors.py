@@ -23,6 +23,7 @@ from ..failures import (
     Failure,
     Invalid,
     RateLimited,
+    ShuttingDown,
     TrainJobNotFound,
     Unauthenticated,
     Unavailable,
@@ -44,6 +45,7 @@ class StatusError(Exception):
         *,
         details: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        close: bool = False,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -51,6 +53,8 @@ class StatusError(Exception):
         self.message = message
         self.details = dict(details) if details is not None else None
         self.headers = dict(headers or {})
+        # The connection closes after this answer: the client's retry opens a new one.
+        self.close = close
 
     def body(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -67,14 +71,18 @@ class StatusError(Exception):
         return out
 
     def response(self) -> Answer:
-        return json_answer(
+        answer = json_answer(
             json.dumps(self.body(), separators=(",", ":")).encode(),
             status=self.code,
             headers=self.headers,
         )
+        if self.close:
+            answer.force_close()
+        return answer
 
 
 BUDGET_SPENT_MESSAGE = "The Kubernetes API budget is spent: retry later"
+SHUTTING_DOWN_MESSAGE = "The server is shutting down: retry"
 
 
 def answer_for(failure: Failure) -> StatusError:
@@ -84,6 +92,8 @@ def answer_for(failure: Failure) -> StatusError:
         return _forbidden() if failure.forbidden else _unauthorized()
     if isinstance(failure, Unavailable):
         return _unavailable(failure.budget_wait)
+    if isinstance(failure, ShuttingDown):
+        return _shutting_down()
     if isinstance(failure, RateLimited):
         return _too_many_requests(failure.retry_after)
     if isinstance(failure, PayloadError):
@@ -194,6 +204,19 @@ def _unavailable(budget_wait: float | None) -> StatusError:
         message,
         details={"retryAfterSeconds": seconds},
         headers={"Retry-After": str(seconds)},
+    )
+
+
+def _shutting_down() -> StatusError:
+    """Not accepted, so nothing is lost: the client retries after a second on a new
+    connection, which the Service gives to a replica that stays."""
+    return StatusError(
+        503,
+        "ServiceUnavailable",
+        SHUTTING_DOWN_MESSAGE,
+        details={"retryAfterSeconds": 1},
+        headers={"Retry-After": "1"},
+        close=True,
     )
 
 

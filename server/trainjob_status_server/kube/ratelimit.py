@@ -37,6 +37,13 @@ class TokenBucket:
         self._tokens = min(float(self.burst), self._tokens + elapsed * self.rate)
         return self._tokens
 
+    def raise_to(self, rate: float, burst: int) -> None:
+        """Spend at ``rate`` with ``burst`` from now on, where they are above today's
+        (never lowered): what is saved up so far is kept."""
+        self._refill()
+        self.rate = max(self.rate, rate)
+        self.burst = max(self.burst, burst)
+
     @property
     def tokens(self) -> float:
         """Tokens available now; negative while reservations are waiting."""

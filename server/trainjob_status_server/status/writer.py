@@ -10,6 +10,11 @@ awaited update (final, then progress, then routine, none starved: ``priority.py`
 when the budget has a token for it; a final update is written even when a newer one
 follows it. Decisions live in ``coalescing.py``, ``priority.py`` and ``advice.py``.
 
+On SIGTERM (``stop``) it takes no new update (``ShuttingDown``: the post is answered 503
+and retried on another replica) and writes what it holds, final updates first, at the
+drain budget (``drain_qps``, above the steady one: a rolling update must not lose what
+was answered 200); what the drain could not write is logged per TrainJob and counted.
+
 ``DirectWriter``: one server-side apply per post, answered with the write's outcome, as
 the peer does; the benchmarks' baseline (``--write-mode direct``).
 """
@@ -24,7 +29,14 @@ import random
 import time
 from collections.abc import Callable, Mapping
 
-from ..failures import Failure, Invalid, TrainJobNotFound, Unavailable, WriteFailed
+from ..failures import (
+    Failure,
+    Invalid,
+    ShuttingDown,
+    TrainJobNotFound,
+    Unavailable,
+    WriteFailed,
+)
 from ..kube.cache import WatchCache
 from ..kube.client import KubeClient
 from ..kube.errors import KubeError, KubeUnavailable
@@ -44,7 +56,14 @@ from .coalescing import (
     retry_delay,
     supersedes,
 )
-from .priority import PrioritySchedule, classify, fair_round, is_final, turned_terminal
+from .priority import (
+    PrioritySchedule,
+    classify,
+    fair_round,
+    is_final,
+    progress_of,
+    turned_terminal,
+)
 from .validation import EncodedStatus
 
 log = logging.getLogger(__name__)
@@ -118,8 +137,10 @@ class CoalescingWriter:
         rand: Callable[[], float] = random.random,
         target_freshness: float | None = None,
         advice_window: float = WINDOW_SECONDS,
+        drain_qps: float | None = None,
     ) -> None:
         self.kube = kube
+        self.drain_qps = drain_qps
         self.trainjobs = trainjobs
         self.min_interval = min_interval
         self.concurrency = concurrency
@@ -150,7 +171,10 @@ class CoalescingWriter:
     # -- accepting ---------------------------------------------------------------------
 
     async def write(self, namespace: str, name: str, update: EncodedStatus) -> None:
-        """Queue ``update``; returns at once (the post is answered 200)."""
+        """Queue ``update``; returns at once (the post is answered 200). Once stopping,
+        raises ``ShuttingDown``: what is answered 200 is what the drain writes."""
+        if self._draining:
+            raise ShuttingDown()
         self.submit((namespace, name), update)
 
     def submit(self, key: Key, update: EncodedStatus) -> None:
@@ -430,9 +454,12 @@ class CoalescingWriter:
             self.advisor.check(self.clock(), self.kube.budget.rate)
 
     async def stop(self, drain_seconds: float) -> None:
-        """Write what is pending (minimum intervals waived, retries kept) for at most
-        ``drain_seconds``, then stop; what is left is logged and counted."""
+        """Take no new update; write what is pending (minimum intervals waived, retries
+        kept, at ``drain_qps``) for at most ``drain_seconds``, then stop; what is left is
+        logged per TrainJob and counted."""
         self._draining = True
+        if self.drain_qps is not None:
+            self.kube.budget.raise_to(self.drain_qps, max(1, int(self.drain_qps)))
         for key in list(self._pending):
             if key not in self._in_flight:
                 self._schedule.discard(key)
@@ -442,10 +469,7 @@ class CoalescingWriter:
         self._wake.set()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._settled.wait(), drain_seconds)
-        left = len(self._pending) + len(self._in_flight)
-        if left:
-            log.warning("shutdown left updates unwritten", extra={"trainjobs": left})
-            selfmetrics.UPDATES_DROPPED.labels("shutdown").inc(left)
+        self._count_lost()
         tasks = [t for t in (self._dispatcher, self._advising, *self._tasks) if t is not None]
         for task in tasks:
             task.cancel()
@@ -453,3 +477,23 @@ class CoalescingWriter:
         self.trainjobs.remove_listener(self._on_trainjob)
         self._dispatcher = None
         self._advising = None
+
+    def _count_lost(self) -> None:
+        """Log each TrainJob whose newest accepted update the drain did not write (what
+        it holds and since when), and count them."""
+        lost = sorted(set(self._pending) | self._in_flight | set(self._following))
+        now = self.clock()
+        for key in lost:
+            held = self._following.get(key) or self._pending.get(key)
+            log.warning(
+                "update lost at shutdown",
+                extra={
+                    "trainjob": "/".join(key),
+                    "progress": None if held is None else progress_of(held.update),
+                    "accepted_s_ago": None if held is None else round(now - held.accepted_at, 3),
+                    "in_flight": key in self._in_flight,
+                },
+            )
+        if lost:
+            log.warning("shutdown left updates unwritten", extra={"trainjobs": len(lost)})
+            selfmetrics.UPDATES_DROPPED.labels("shutdown").inc(len(lost))
