@@ -81,6 +81,16 @@ BENCHES = [
         ),
     ),
     Bench(
+        "scrapers",
+        tuple(
+            rf"^{port} metrics port, page {NUMBER} MiB, 2 stalled scrapers: RSS {NUMBER} -> "
+            rf"peak {NUMBER} -> after {NUMBER} MiB .*reading scrapes answered whole within "
+            rf"5 s: {NUMBER}/1; of {NUMBER} stalled connections opened, closed by "
+            rf"--write-timeout 0.5 s: {NUMBER}, closed for a reader: {NUMBER}"
+            for port in ("plain", "TLS")
+        ),
+    ),
+    Bench(
         "review_flood",
         (
             rf"^flood: 2 addresses, {NUMBER} requests \(by code: .*\); TokenReviews made: {NUMBER}",

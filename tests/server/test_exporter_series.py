@@ -41,6 +41,7 @@ from trainjob_status_server.metrics.series import (
     allowance,
     conditions_of,
     exportable,
+    fair_shares,
     newly_skipped,
     parse_number,
     parse_time,
@@ -480,6 +481,33 @@ def test_the_cap_is_exact() -> None:
         assert sum(a + b for a, b in kept) == min(cap, total)
         assert dropped == max(total - cap, 0)
         assert all(k <= c for (k, _), (c, _) in zip(kept, counts, strict=True))
+
+
+def test_the_cap_shares_fairly_among_namespaces_whatever_their_names() -> None:
+    # "a-team" sorts first and holds ten TrainJobs of 10 metrics; "z-team" one.
+    counts = [(3, 10)] * 10 + [(3, 10)]
+    tenants = ["a-team"] * 10 + ["z-team"]
+    kept, dropped = allowance(counts, 33 + 20, tenants)
+    assert dropped == sum(a + b for a, b in counts) - 53
+    assert [core for core, _ in kept] == [3] * 11
+    # The 20 metric series left: 10 each, so z-team's whole and a-team's first job's.
+    assert kept[-1] == (3, 10)
+    assert sum(m for _, m in kept[:10]) == 10
+    assert kept[0] == (3, 10)
+    # Core series are shared too: too few for everyone, each namespace gets its half.
+    kept, _ = allowance(counts, 6, tenants)
+    assert [core for core, _ in kept] == [3] + [0] * 9 + [3]
+
+
+def test_fair_shares_are_max_min_fair_and_spend_the_budget() -> None:
+    assert fair_shares({"a": 100, "b": 5, "c": 100}, 60) == {"a": 28, "b": 5, "c": 27}
+    assert fair_shares({"a": 1, "b": 1}, 10) == {"a": 1, "b": 1}
+    assert fair_shares({"a": 0, "b": 4}, 3) == {"a": 0, "b": 3}
+    assert fair_shares({}, 5) == {}
+    for budget in range(0, 30):
+        shares = fair_shares({"x": 7, "y": 3, "z": 12}, budget)
+        assert sum(shares.values()) == min(budget, 22)
+        assert all(shares[g] <= want for g, want in {"x": 7, "y": 3, "z": 12}.items())
 
 
 # -- sample lines ----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from trainjob_status_server.http.slots import (
     FRESH_EVICTED,
     IDLE_EVICTED,
     PER_ADDRESS,
+    STALLED_EVICTED,
     TOTAL,
     RefusalLog,
     Slots,
@@ -19,8 +20,9 @@ from trainjob_status_server.http.slots import (
 
 
 class Connection:
-    def __init__(self, idle: bool = False) -> None:
+    def __init__(self, idle: bool = False, stalled_since: float | None = None) -> None:
         self.idle = idle
+        self.stalled_since = stalled_since
         self.evicted = False
 
     def evict(self) -> None:
@@ -41,10 +43,17 @@ class Recorded:
         )
 
 
-def admitted(slots: Slots, address: str, *, idle: bool = False, fresh: bool = False) -> Connection:
+def admitted(
+    slots: Slots,
+    address: str,
+    *,
+    idle: bool = False,
+    fresh: bool = False,
+    stalled_since: float | None = None,
+) -> Connection:
     """A connection holding a slot: fresh (no first request's headers yet), idle between
-    requests, or busy (a request in progress)."""
-    connection = Connection(idle=idle)
+    requests, busy (a request in progress), or stalled (its answer unread since then)."""
+    connection = Connection(idle=idle, stalled_since=stalled_since)
     assert slots.admit(connection, address) is None
     if not fresh:
         slots.started(connection)
@@ -162,6 +171,35 @@ def test_an_address_at_its_cap_loses_its_own_oldest_fresh_connection() -> None:
     assert slots.admit(again, "10.0.0.1") is None
     assert (other.evicted, mine[0].evicted, mine[1].evicted) == (False, True, False)
     assert (slots.count("10.0.0.1"), slots.fresh("10.0.0.1"), seen.refused) == (2, 2, [])
+
+
+def test_the_longest_stalled_connection_makes_room_once_none_is_fresh_or_idle() -> None:
+    seen = Recorded()
+    slots = seen.slots(3, 3)
+    busy = admitted(slots, "10.0.0.1")
+    later = admitted(slots, "10.0.0.1", stalled_since=20.0)
+    longest = admitted(slots, "10.0.0.2", stalled_since=10.0)
+    assert slots.admit(Connection(), "10.0.0.3") is None
+    assert (busy.evicted, later.evicted, longest.evicted) == (False, False, True)
+    assert seen.evicted == [STALLED_EVICTED]
+
+
+def test_an_idle_connection_makes_room_before_a_stalled_one() -> None:
+    seen = Recorded()
+    slots = seen.slots(2, 2)
+    stalled = admitted(slots, "10.0.0.1", stalled_since=1.0)
+    idle = admitted(slots, "10.0.0.1", idle=True)
+    assert slots.admit(Connection(), "10.0.0.2") is None
+    assert (stalled.evicted, idle.evicted) == (False, True)
+
+
+def test_an_address_at_its_cap_makes_room_from_its_own_stalled_connections_only() -> None:
+    seen = Recorded()
+    slots = seen.slots(4, 1)
+    other = admitted(slots, "10.0.0.2", stalled_since=1.0)
+    own = admitted(slots, "10.0.0.1", stalled_since=5.0)
+    assert slots.admit(Connection(), "10.0.0.1") is None
+    assert (other.evicted, own.evicted) == (False, True)
 
 
 def test_refusals_are_logged_at_once_then_summarised_per_interval(

@@ -15,8 +15,11 @@ ever; here a connection whose first request's headers have not all arrived
 ``first_request_timeout`` seconds after it opened (after its TLS handshake, itself
 bounded by that time) is closed, and until then it is the first a newcomer may close. A
 client that stops reading its answers would hold its slot for ever too (the answer waits
-to be sent): a connection whose writes stay paused for ``write_timeout`` seconds is
-closed.
+to be sent): a connection whose socket stays too full to take more (its transport
+paused) for ``write_timeout`` seconds is closed. That is watched at the socket, below
+TLS: asyncio's TLS layer hands a large answer to the socket's transport in one write
+without pausing its application, so only the socket's own pause shows a client that
+stopped reading.
 
 TLS is layered here rather than by ``create_server(ssl=...)`` for one reason: memory.
 asyncio gives every TLS connection a receive buffer of its own (``SSLProtocol.max_size``,
@@ -54,11 +57,53 @@ def _ignore(_reason: str) -> None:
     pass
 
 
+class WriteStall:
+    """Aborts ``transport`` once its writes have stayed paused ``seconds`` (the client
+    reads nothing); ``stalled`` is called first."""
+
+    def __init__(self, seconds: float | None, stalled: Callable[[], None]) -> None:
+        self.seconds = seconds
+        self._stalled = stalled
+        self._transport: asyncio.BaseTransport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self.stalled_since: float | None = None
+
+    def attach(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+
+    def paused(self) -> None:
+        if self._transport is None or self.stalled_since is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self.stalled_since = loop.time()
+        if self.seconds is not None:
+            self._timer = loop.call_later(self.seconds, self._expire)
+
+    def resumed(self) -> None:
+        self.stalled_since = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def detach(self) -> None:
+        """The connection is gone: no timer, no reference to its transport."""
+        self.resumed()
+        self._transport = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        self.stalled_since = None
+        if self._transport is not None:
+            self._stalled()
+            # Not close(): that would wait for the unsent bytes the client does not read.
+            self._transport.abort()  # type: ignore[attr-defined]
+
+
 class FirstRequestDeadline(asyncio.Protocol):
     """Passes everything to ``inner`` (aiohttp's protocol for the connection) and closes
     the connection if the first request's headers (up to the blank line that ends them)
-    are not in within ``seconds`` of the connection being made, or, with
-    ``write_timeout``, if its writes stay paused (the client reads nothing) that long.
+    are not in within ``seconds`` of the connection being made, or, with a
+    ``write_stall``, if its writes stay paused (the client reads nothing) too long.
     ``closed`` is told why it closed one, ``started`` when the first request's headers
     are in."""
 
@@ -67,24 +112,24 @@ class FirstRequestDeadline(asyncio.Protocol):
         inner: asyncio.Protocol,
         seconds: float,
         *,
-        write_timeout: float | None = None,
+        write_stall: WriteStall | None = None,
         closed: Callable[[str], None] = _ignore,
         started: Callable[[], None] = lambda: None,
     ) -> None:
         self.inner = inner
         self.seconds = seconds
-        self.write_timeout = write_timeout
         self.timed_out = False
         self._closed = closed
         self._started = started
         self._transport: asyncio.BaseTransport | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._write_timer: asyncio.TimerHandle | None = None
+        self._stall = write_stall or WriteStall(None, lambda: None)
         self._waiting = True  # for the end of the first request's headers
         self._tail = b""  # the last bytes seen, for a blank line split across reads
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport
+        self._stall.attach(transport)
         self._timer = asyncio.get_running_loop().call_later(self.seconds, self._expire, transport)
         self.inner.connection_made(transport)
 
@@ -111,39 +156,24 @@ class FirstRequestDeadline(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel()
-        self._cancel_write_timer()
+        self._stall.detach()
         # The TLS transport refers back to this protocol: without this, a closed
         # connection waits for the cycle collector to be freed.
         self._transport = None
         self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
-        if self.write_timeout is not None and self._write_timer is None:
-            self._write_timer = asyncio.get_running_loop().call_later(
-                self.write_timeout, self._stalled
-            )
+        self._stall.paused()
         self.inner.pause_writing()
 
     def resume_writing(self) -> None:
-        self._cancel_write_timer()
+        self._stall.resumed()
         self.inner.resume_writing()
-
-    def _stalled(self) -> None:
-        self._write_timer = None
-        if self._transport is not None:
-            self._closed(WRITE_TIMEOUT)
-            # Not close(): that would wait for the unsent bytes the client does not read.
-            self._transport.abort()  # type: ignore[attr-defined]
 
     def _cancel(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-
-    def _cancel_write_timer(self) -> None:
-        if self._write_timer is not None:
-            self._write_timer.cancel()
-            self._write_timer = None
 
 
 @dataclass(frozen=True)
@@ -161,15 +191,22 @@ class Limits:
 class _Seat:
     """One admitted connection, as ``Slots`` sees it."""
 
-    __slots__ = ("handler", "transport")
+    __slots__ = ("handler", "stall", "transport")
 
-    def __init__(self, transport: asyncio.BaseTransport, handler: StatusRequestHandler) -> None:
+    def __init__(
+        self, transport: asyncio.BaseTransport, handler: StatusRequestHandler, stall: WriteStall
+    ) -> None:
         self.transport = transport
         self.handler = handler
+        self.stall = stall
 
     @property
     def idle(self) -> bool:
         return self.handler.idle
+
+    @property
+    def stalled_since(self) -> float | None:
+        return self.stall.stalled_since
 
     def evict(self) -> None:
         self.transport.abort()  # type: ignore[attr-defined]
@@ -184,14 +221,17 @@ class _Admitted:
     """Takes a slot when the TCP connection is made, before anything else runs for it
     (no TLS handshake for a refused one), and frees it when the connection is lost."""
 
-    def __init__(self, slots: Slots, heap: HeapTrim, handler: StatusRequestHandler) -> None:
+    def __init__(
+        self, slots: Slots, heap: HeapTrim, handler: StatusRequestHandler, stall: WriteStall
+    ) -> None:
         self.slots = slots
         self.heap = heap
         self.handler = handler
+        self.stall = stall
         self.seat: _Seat | None = None
 
     def admit(self, transport: asyncio.BaseTransport) -> bool:
-        seat = _Seat(transport, self.handler)
+        seat = _Seat(transport, self.handler, self.stall)
         if self.slots.admit(seat, _address(transport)) is not None:
             transport.abort()  # type: ignore[attr-defined]
             return False
@@ -211,15 +251,28 @@ class _Admitted:
 
 
 class _AdmittedTLS(SharedBufferTLS):
+    """TLS on an admitted connection, its socket watched for a stalled client."""
+
     admitted: _Admitted
+    stall: WriteStall
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self.admitted.admit(transport):
+            self.stall.attach(transport)
             super().connection_made(transport)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self.stall.paused()
+
+    def resume_writing(self) -> None:
+        self.stall.resumed()
+        super().resume_writing()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self.admitted.seat is None:
             return  # refused: nothing was set up
+        self.stall.detach()
         self.admitted.release()
         super().connection_lost(exc)
 
@@ -313,12 +366,14 @@ class CappedSite(web.BaseSite):
                 closed=self._closed,
                 **settings,
             )
-            admitted = _Admitted(self.slots, self.heap, handler)
+            # Watched at the socket: below TLS where there is TLS.
+            stall = WriteStall(limits.write_timeout, lambda: self._closed(WRITE_TIMEOUT))
+            admitted = _Admitted(self.slots, self.heap, handler, stall)
             if tls is None:
                 plain = _AdmittedPlain(
                     handler,
                     limits.first_request_timeout,
-                    write_timeout=limits.write_timeout,
+                    write_stall=stall,
                     closed=self._closed,
                     started=admitted.started,
                 )
@@ -327,7 +382,6 @@ class CappedSite(web.BaseSite):
             app = FirstRequestDeadline(
                 handler,
                 limits.first_request_timeout,
-                write_timeout=limits.write_timeout,
                 closed=self._closed,
                 started=admitted.started,
             )
@@ -340,6 +394,7 @@ class CappedSite(web.BaseSite):
                 ssl_handshake_timeout=limits.first_request_timeout,
             )
             outer.admitted = admitted
+            outer.stall = stall
             return outer
 
         self.listening = await loop.create_server(

@@ -14,8 +14,12 @@ this order:
 2. else a connection idle between two requests of a keep-alive connection, the oldest
    (of that address at the per-address cap): it loses nothing, its client reopens one
    when it next sends;
-3. else none: a connection whose request is in progress is never closed for a
-   newcomer, which is refused instead.
+3. else a *stalled* connection, one whose answer waits unsent because its client reads
+   nothing (its writes paused), the one stalled longest (of that address at the
+   per-address cap): it would be closed at its write timeout anyway, and meanwhile holds
+   a slot a reading client needs;
+4. else none: a connection whose request is in progress and moving is never closed for
+   a newcomer, which is refused instead.
 """
 
 from __future__ import annotations
@@ -34,12 +38,19 @@ TOTAL = "max_connections"
 # Why an open connection was closed to make room (the closed-connections metric's reason).
 FRESH_EVICTED = "fresh_evicted"
 IDLE_EVICTED = "idle_evicted"
+STALLED_EVICTED = "stalled_evicted"
 
 
 class Occupant(Protocol):
     @property
     def idle(self) -> bool:
         """Between two requests of a keep-alive connection, nothing of the next one in."""
+        ...
+
+    @property
+    def stalled_since(self) -> float | None:
+        """Since when its writes have been paused (the client reading nothing); None
+        while they are not."""
         ...
 
     def evict(self) -> None:
@@ -119,6 +130,8 @@ class Slots:
         if victim is None:
             victim, reason = self._idle_victim(address), IDLE_EVICTED
         if victim is None:
+            victim, reason = self._stalled_victim(address), STALLED_EVICTED
+        if victim is None:
             return False
         self.release(victim)
         victim.evict()
@@ -140,6 +153,15 @@ class Slots:
             if (address is None or source == address) and occupant.idle:
                 return occupant
         return None
+
+    def _stalled_victim(self, address: str | None) -> Occupant | None:
+        stalled = [
+            (since, occupant)
+            for occupant, source in self._open.items()
+            if (address is None or source == address)
+            and (since := occupant.stalled_since) is not None
+        ]
+        return min(stalled, key=lambda pair: pair[0])[1] if stalled else None
 
 
 class RefusalLog:

@@ -12,7 +12,11 @@ Rendering: prometheus_client's generic renderer builds and formats every sample 
 scrape, which a page of a hundred thousand TrainJob series cannot afford, so each
 TrainJob's sample lines are rendered once, when its watch event arrives, and a scrape
 joins them (figures and the command that measures them: docs/scaling.md, "The metrics
-page"). The server's own metrics go through prometheus_client as usual, and
+page"). That joined part is kept until a TrainJob changes and shared by every scrape
+meanwhile, and a scrape is written in pieces of ``WRITE_PIECE`` bytes, each sent before
+the next is taken: a scraper that stops reading holds a reference to the shared page and
+one piece, not a copy of the page (``listener.py`` closes it after the write timeout).
+The server's own metrics go through prometheus_client as usual, and
 ``collector`` offers the same TrainJob series as a regular prometheus_client collector;
 a test holds the two paths to the same bytes.
 """
@@ -59,6 +63,9 @@ DEFAULT_MAX_NAMES = 512
 (the CRD's limit), so a job may rename every metric of a full list once."""
 
 OPENMETRICS = "application/openmetrics-text"
+WRITE_PIECE = 64 * 1024
+"""Bytes of the page handed to the connection at a time: aiohttp sends them (or waits
+for the client to read) before taking the next."""
 _EOF = b"# EOF\n"
 _INDEX = {family.name: i for i, family in enumerate(FAMILIES)}
 _METRIC_INDEX = _INDEX[METRIC]
@@ -85,17 +92,29 @@ def server_registry() -> CollectorRegistry:
     return registry
 
 
-def encode(registry: CollectorRegistry, accept: str | None, tail: bytes = b"") -> tuple[bytes, str]:
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One scrape's answer: its pieces in order (the TrainJob part is one of them, the
+    same object for every scrape until a TrainJob changes) and its Content-Type."""
+
+    pieces: tuple[bytes, ...]
+    content_type: str
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.pieces)
+
+
+def encode(registry: CollectorRegistry, accept: str | None, tail: bytes = b"") -> Page:
     """``registry`` in the format ``accept`` asks for (Prometheus text by default), with
-    ``tail`` (sample families already rendered) appended before OpenMetrics' ``# EOF``;
-    returns the body and its Content-Type."""
+    ``tail`` (sample families already rendered) after it, before OpenMetrics' ``# EOF``."""
     encoder, content_type = choose_encoder(accept or "")
     body = encoder(registry)
     if not content_type.startswith(OPENMETRICS):
-        return body + tail, content_type
+        return Page((body, tail), content_type)
     if not body.endswith(_EOF):
         raise ValueError("OpenMetrics exposition without # EOF")
-    return body[: -len(_EOF)] + tail + _EOF, content_type
+    return Page((body[: -len(_EOF)], tail, _EOF), content_type)
 
 
 # -- one TrainJob, rendered ---------------------------------------------------------------
@@ -250,7 +269,7 @@ class Exporter:
         if max_names < 0:
             raise ValueError("max_names must be >= 0")
         self.trainjobs = trainjobs
-        self.max_series = max_series
+        self._max_series = max_series
         self.max_names = max_names
         self.registry = server_registry() if registry is None else registry
         self.caches = [trainjobs, *caches]
@@ -258,6 +277,8 @@ class Exporter:
         self._rendered: dict[Key, RenderedSeries] = {}
         self._total = 0
         self._listening = False
+        # The TrainJob part of the page and the series its cap dropped, until a change.
+        self._joined: tuple[bytes, int] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -277,6 +298,7 @@ class Exporter:
             self._listening = False
         self._rendered.clear()
         self._total = 0
+        self._joined = None
 
     def add_cache(self, cache: WatchCache) -> None:
         """Export ``cache``'s size too (a cache built after the exporter, such as the
@@ -287,6 +309,16 @@ class Exporter:
     # -- state ------------------------------------------------------------------------------
 
     @property
+    def max_series(self) -> int:
+        """The cap on per-TrainJob series of a scrape (0: none)."""
+        return self._max_series
+
+    @max_series.setter
+    def max_series(self, value: int) -> None:
+        self._max_series = value
+        self._joined = None
+
+    @property
     def series_count(self) -> int:
         """Per-TrainJob series there are now, before the cap."""
         return self._total
@@ -295,6 +327,7 @@ class Exporter:
         self._update(event.key, event.new)
 
     def _update(self, key: Key, obj: Obj | None) -> None:
+        self._joined = None
         new = series_of(obj) if obj is not None else None
         old = self._rendered.pop(key, None)
         if old is not None:
@@ -338,41 +371,75 @@ class Exporter:
     def selection(self) -> Iterator[tuple[Key, RenderedSeries, int, int]]:
         """(TrainJob, its lines, core series kept, metric series kept) for one scrape;
         counts what the cap drops."""
+        kept, dropped = self._selected()
+        selfmetrics.EXPORTED_SERIES_DROPPED.inc(dropped)
+        return iter(kept)
+
+    def _selected(self) -> tuple[list[tuple[Key, RenderedSeries, int, int]], int]:
+        """What the cap keeps of each TrainJob, and how many series it drops."""
         if self.max_series == 0 or self._total <= self.max_series:
-            for key, rendered in self._rendered.items():
-                yield key, rendered, rendered.core_count, rendered.metric_count
-            return
+            everything = [(k, r, r.core_count, r.metric_count) for k, r in self._rendered.items()]
+            return everything, 0
         # Over the cap: a stable order, so the same series stay exported scrape after
-        # scrape instead of flapping with the cache's insertion order.
+        # scrape instead of flapping with the cache's insertion order, and a fair share
+        # per namespace, so no tenant's series go for another's.
         ordered = sorted(self._rendered.items())
         kept, dropped = allowance(
-            [(r.core_count, r.metric_count) for _, r in ordered], self.max_series
+            [(r.core_count, r.metric_count) for _, r in ordered],
+            self.max_series,
+            [key[0] for key, _ in ordered],
         )
-        selfmetrics.EXPORTED_SERIES_DROPPED.inc(dropped)
-        for (key, rendered), (core, metrics) in zip(ordered, kept, strict=True):
-            yield key, rendered, core, metrics
+        chosen = [
+            (key, rendered, core, metrics)
+            for (key, rendered), (core, metrics) in zip(ordered, kept, strict=True)
+        ]
+        return chosen, dropped
 
     # -- rendering --------------------------------------------------------------------------
 
     def trainjob_exposition(self) -> bytes:
-        """The per-TrainJob families of one scrape, as sample text."""
-        return exposition((r, core, metrics) for _, r, core, metrics in self.selection())
+        """The per-TrainJob families of one scrape, as sample text: joined again only
+        after a TrainJob changed, the same bytes for every scrape until then."""
+        if self._joined is None:
+            kept, dropped = self._selected()
+            joined = exposition((r, core, metrics) for _, r, core, metrics in kept)
+            self._joined = (joined, dropped)
+        joined, dropped = self._joined
+        selfmetrics.EXPORTED_SERIES_DROPPED.inc(dropped)
+        return joined
 
-    def render(self, accept: str | None = None) -> tuple[bytes, str]:
-        """The whole page for a scraper's Accept header: (body, Content-Type)."""
+    def page(self, accept: str | None = None) -> Page:
+        """The whole page for a scraper's Accept header."""
         for cache in self.caches:
             selfmetrics.CACHE_OBJECTS.labels(cache.resource.plural).set(len(cache))
         # Before the registry is encoded, so this scrape's drops are in this page.
         tail = self.trainjob_exposition()
         return encode(self.registry, accept, tail)
 
-    async def handle(self, request: web.Request) -> web.Response:
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The whole page joined: (body, Content-Type)."""
+        page = self.page(accept)
+        return page.body, page.content_type
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         """``GET /metrics``: compressed when the scraper accepts it (Prometheus does; the
-        page shrinks some 15 times, and aiohttp compresses a body this size off the
-        event loop)."""
-        body, content_type = self.render(request.headers.get("Accept"))
-        response = web.Response(body=body, headers={"Content-Type": content_type})
+        page shrinks some 15 times), written a piece at a time."""
+        page = self.page(request.headers.get("Accept"))
+        response = web.StreamResponse(headers={"Content-Type": page.content_type})
+        # Said when sent as it is; compressed, the length is unknown until the end.
+        response.content_length = sum(len(piece) for piece in page.pieces)
         response.enable_compression()
+        await response.prepare(request)
+        try:
+            for piece in page.pieces:
+                view = memoryview(piece)
+                for start in range(0, len(view), WRITE_PIECE):
+                    await response.write(view[start : start + WRITE_PIECE])
+        except ConnectionError:
+            # Closed under the answer (a scraper that stopped reading, after the write
+            # timeout): nothing more to send, nothing to report.
+            return response
+        await response.write_eof()
         return response
 
 

@@ -319,29 +319,63 @@ def newly_skipped(old: frozenset[tuple[str, str]], new: frozenset[tuple[str, str
     return len(new - old) if new else 0
 
 
-def allowance(counts: Sequence[tuple[int, int]], cap: int) -> tuple[list[tuple[int, int]], int]:
+def allowance(
+    counts: Sequence[tuple[int, int]], cap: int, tenants: Sequence[str] | None = None
+) -> tuple[list[tuple[int, int]], int]:
     """Given (core, metric) series counts per TrainJob in a stable order, how many of
     each are exported under ``cap`` (0: no cap), and how many are dropped in all.
 
     The core series of every TrainJob come before any ``trainjob_metric`` series:
     progress and staleness stay visible for every job, and the user metrics, where
-    the cardinality is, go first. Within each pass, earlier TrainJobs come first.
+    the cardinality is, go first. In each pass the series left are shared fairly among
+    ``tenants`` (each TrainJob's namespace; one tenant when not given): none gets more
+    than it has, the rest is split evenly (``fair_shares``), so no tenant loses series
+    to another for the name it sorts by. Within a tenant, earlier TrainJobs come first.
     """
     total = sum(core + metrics for core, metrics in counts)
     if cap <= 0 or total <= cap:
         return list(counts), 0
-    budget = cap
-    cores = []
-    for core, _ in counts:
-        kept = min(core, budget)
-        cores.append(kept)
-        budget -= kept
-    kept_counts = []
-    for kept_core, (_, metrics) in zip(cores, counts, strict=True):
-        kept = min(metrics, budget)
-        kept_counts.append((kept_core, kept))
-        budget -= kept
-    return kept_counts, total - cap
+    groups = list(tenants) if tenants is not None else [""] * len(counts)
+    cores = _fill([core for core, _ in counts], groups, cap)
+    metrics = _fill([m for _, m in counts], groups, cap - sum(cores))
+    return list(zip(cores, metrics, strict=True)), total - cap
+
+
+def _fill(wanted: Sequence[int], groups: Sequence[str], budget: int) -> list[int]:
+    """How many of ``wanted`` each item gets of ``budget``: a fair share per group,
+    then in order within a group."""
+    demand: dict[str, int] = {}
+    for group, want in zip(groups, wanted, strict=True):
+        demand[group] = demand.get(group, 0) + want
+    left = fair_shares(demand, budget)
+    kept = []
+    for group, want in zip(groups, wanted, strict=True):
+        given = min(want, left[group])
+        left[group] -= given
+        kept.append(given)
+    return kept
+
+
+def fair_shares(demand: Mapping[str, int], budget: int) -> dict[str, int]:
+    """A max-min fair split of ``budget`` among groups asking ``demand``: no group gets
+    more than it asks, the rest is split evenly among the others, and what an even split
+    leaves over (fewer than the groups still asking) goes one each in name order."""
+    shares = dict.fromkeys(demand, 0)
+    asking = {group: want for group, want in demand.items() if want > 0}
+    while budget > 0 and asking:
+        each = budget // len(asking)
+        if each == 0:
+            for group in sorted(asking)[:budget]:
+                shares[group] += 1
+            break
+        for group in sorted(asking):
+            given = min(asking[group], each)
+            shares[group] += given
+            asking[group] -= given
+            budget -= given
+            if not asking[group]:
+                del asking[group]
+    return shares
 
 
 def _integer(value: Any) -> int | None:
