@@ -262,12 +262,17 @@ async def test_forged_tokens_cannot_starve_status_writes_in_token_review_mode(
         assert stored_progress(cluster) == 77
 
 
-async def test_the_account_limit_applies_before_a_token_review(
+async def test_reviews_of_unverified_tokens_are_charged_to_their_source_address(
     cluster: DevCluster, config: Config, certs: ServingCerts, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="trainjob_status_server.auth.verifier")
     async with running_with_tokens(
-        cluster, config, certs, token_review=True, sa_rate_limit=0.001, sa_rate_burst=3
+        cluster,
+        config,
+        certs,
+        token_review=True,
+        review_source_rate=0.001,
+        review_source_burst=3,
     ) as rig:
         token = mint(cluster)
         reviews = cluster.faults.count("create", "tokenreviews")
@@ -278,9 +283,11 @@ async def test_the_account_limit_applies_before_a_token_review(
         wait = str(math.ceil(1 / 0.001))
         assert answers == [(401, "Unauthorized", None)] * 3 + [(429, "TooManyRequests", wait)] * 7
         assert cluster.faults.count("create", "tokenreviews") == reviews + 3
-        limited = [r for r in caplog.records if r.getMessage() == "post rate-limited"]
-        assert len(limited) == 7
-        # The subject is the sender's unverified word: not logged.
+        limited = [r for r in caplog.records if r.getMessage().startswith("post rate-limited")]
+        assert [r.getMessage() for r in limited] == [
+            "post rate-limited: reviews of its source address"
+        ] * 7
+        # The subject is the sender's unverified word: not logged, not charged.
         assert not any(hasattr(r, "subject") for r in limited)
         # A refusal remembered for its digest costs neither a review nor a post's token.
         code, _, _ = await rig.post(forged(token, 0))

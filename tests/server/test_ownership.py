@@ -1,7 +1,9 @@
 """Binding by ownership: a post's pod must be owned by a Job, owned by a JobSet, owned by
 the post's TrainJob, uid by uid. A pod that labels itself into another TrainJob of its
 namespace is refused (403, nothing written); where Jobs or JobSets cannot be listed the
-label is the fallback, and the mode in force is logged and exported."""
+label is the fallback only once that lasts (undecided until then: 503), a token accepted
+for a TrainJob is judged again for a TrainJob recreated under its name, and the mode in
+force is logged and exported."""
 
 from __future__ import annotations
 
@@ -141,7 +143,7 @@ async def test_a_pod_of_a_trainjob_that_is_gone_gets_not_found(
     assert devcluster.get("trainjobs", NS, VICTIM, GROUP) is None
 
 
-async def test_where_jobsets_cannot_be_listed_the_label_binds_and_the_mode_says_so(
+async def test_where_jobsets_cannot_be_listed_the_label_binds_only_once_that_lasts(
     devcluster: DevCluster, config: Config, certs: ServingCerts, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="trainjob_status_server.auth.ownership")
@@ -149,15 +151,92 @@ async def test_where_jobsets_cannot_be_listed_the_label_binds_and_the_mode_says_
     devcluster.create_pod(NS, "stray", service_account=SA, labels={JOBSET_NAME_LABEL: VICTIM})
     # As a cluster without the JobSet CRD answers (RBAC without the rule: 403).
     devcluster.faults.fail(404, times=None, verb="list", resource="jobsets")
-    async with running_with_tokens(devcluster, config, certs, server_budgets=True) as rig:
-        await noted(rig)
+    async with running_with_tokens(
+        devcluster, config, certs, server_budgets=True, binding_labels_after=1.0
+    ) as rig:
+        assert await noted(rig) == "undecided"
         token = mint(devcluster, pod="stray", aud=audience(NS, VICTIM))
+        # Not told yet: retried later, never let through on the label meanwhile.
+        code, body, response = await rig.post(token, name=VICTIM)
+        assert (code, body["reason"], response.headers["Retry-After"]) == (
+            503,
+            "ServiceUnavailable",
+            "1",
+        )
+        assert stored(devcluster, VICTIM) is None
+        assert (mode("ownership"), mode("labels"), mode("undecided")) == (0.0, 0.0, 1.0)
+        await until_mode(rig, "labels")
         assert (await rig.post(token, name=VICTIM))[0] == 200
-    assert (mode("ownership"), mode("labels")) == (0.0, 1.0)
+    assert (mode("ownership"), mode("labels"), mode("undecided")) == (0.0, 1.0, 0.0)
     noted_lines = [r for r in caplog.records if r.getMessage() == "pod binding mode"]
-    assert [(r.__dict__["mode"], r.__dict__["unlisted"]) for r in noted_lines] == [
-        ("labels", ["jobsets.jobset.x-k8s.io"])
+    assert [(r.__dict__["mode"], r.__dict__["unlisted"], r.levelname) for r in noted_lines] == [
+        ("undecided", ["jobsets.jobset.x-k8s.io"], "WARNING"),
+        ("labels", ["jobsets.jobset.x-k8s.io"], "WARNING"),
     ]
+
+
+async def until_mode(rig: Rig, wanted: str) -> None:
+    assert rig.auth.binding is not None
+    owners = rig.auth.binding.owners
+    assert owners is not None
+
+    async def reached() -> bool | None:
+        return owners.noted == wanted or None
+
+    await eventually(reached, f"the binding mode {wanted}")
+
+
+async def test_a_refused_watch_keeps_ownership_until_the_refusal_lasts(
+    devcluster: DevCluster, config: Config, certs: ServingCerts
+) -> None:
+    """A JobSet watch refused once (a 403 while RBAC rolls out) does not bind by label:
+    a chain the caches still show passes, any other post is 503 and nothing is written."""
+    devcluster.create_trainjob(NS, VICTIM)
+    add_pod(devcluster, "victim-node-0-0", job=VICTIM)
+    devcluster.create_pod(NS, "stray", service_account=SA, labels={JOBSET_NAME_LABEL: VICTIM})
+    async with running_with_tokens(devcluster, config, certs, server_budgets=True) as rig:
+        assert await noted(rig) == "ownership"
+        devcluster.faults.fail(403, times=None, resource="jobsets")
+        devcluster.drop_watches("jobsets", "jobset.x-k8s.io")
+        await until_mode(rig, "undecided")
+        stray = mint(devcluster, pod="stray", aud=audience(NS, VICTIM))
+        code, body, _ = await rig.post(stray, name=VICTIM)
+        assert (code, body["reason"]) == (503, "ServiceUnavailable")
+        assert stored(devcluster, VICTIM) is None
+        genuine = mint(devcluster, pod="victim-node-0-0", aud=audience(NS, VICTIM))
+        assert (await rig.post(genuine, name=VICTIM))[0] == 200
+        assert (mode("ownership"), mode("labels"), mode("undecided")) == (0.0, 0.0, 1.0)
+        devcluster.faults.clear()
+        await until_mode(rig, "ownership")
+        assert await rig.refused(stray, name=VICTIM) == (403, "Forbidden", "not_owned")
+
+
+async def test_a_token_accepted_for_a_trainjob_is_checked_again_once_it_is_recreated(
+    devcluster: DevCluster, config: Config, certs: ServingCerts
+) -> None:
+    devcluster.create_trainjob(NS, VICTIM)
+    add_pod(devcluster, "victim-node-0-0", job=VICTIM)
+    token = mint(devcluster, pod="victim-node-0-0", aud=audience(NS, VICTIM))
+    async with running_with_tokens(devcluster, config, certs, server_budgets=True) as rig:
+        assert await noted(rig) == "ownership"
+        assert (await rig.post(token, name=VICTIM))[0] == 200
+        old_uid = devcluster.get("trainjobs", NS, VICTIM, GROUP)["metadata"]["uid"]  # type: ignore[index]
+        # Deleted and created again under its name; the old pod (and its Job and JobSet,
+        # owned by the old TrainJob) left behind.
+        devcluster.delete("trainjobs", NS, VICTIM, GROUP)
+        devcluster.create_trainjob(NS, VICTIM)
+        new_uid = devcluster.get("trainjobs", NS, VICTIM, GROUP)["metadata"]["uid"]  # type: ignore[index]
+        assert new_uid != old_uid
+        assert rig.auth.binding is not None
+        owners = rig.auth.binding.owners
+        assert owners is not None
+
+        async def recreated() -> bool | None:
+            return owners.trainjob_uid(NS, VICTIM) == new_uid or None
+
+        await eventually(recreated, "the TrainJob cache to show the new incarnation")
+        assert await rig.refused(token, name=VICTIM) == (403, "Forbidden", "not_owned")
+        assert stored(devcluster, VICTIM) is None
 
 
 async def test_without_the_injector_the_chain_watches_jobsets_itself(

@@ -191,3 +191,27 @@ async def test_an_approval_is_reused_one_ttl_past_its_expiry_while_no_review_can
         assert len(reused) == 1
         await asyncio.sleep(1.0)  # past it: a budget still spent is a 503
         assert (await scrape(rig.session, url, prometheus))[0] == 503
+
+
+async def test_forged_tokens_naming_a_pod_do_not_spend_its_service_accounts_rate(
+    cluster: DevCluster, config: Config, certs: ServingCerts
+) -> None:
+    """Until a review vouches for a token, what it claims is the sender's word: the
+    review is charged to the sender's address, and the claimed account's bucket pays
+    only for verified posts."""
+    async with running_with_tokens(
+        cluster,
+        config,
+        certs,
+        token_review=True,
+        sa_rate_limit=0.001,
+        sa_rate_burst=3,
+        review_source_burst=1000,
+        review_source_rate=1000.0,
+    ) as rig:
+        token = mint(cluster)
+        forgeries = [(await rig.post(forged(token, i)))[0] for i in range(10)]
+        assert forgeries == [401] * 10
+        # The pod's own posts: the whole burst of its account, then its rate.
+        codes = [(await rig.post(token, body=update(p, p)))[0] for p in (1, 2, 3, 4)]
+        assert codes == [200, 200, 200, 429]

@@ -24,6 +24,7 @@ import datetime as dt
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from trainjob_status.contract import JOBSET_NAME_LABEL
@@ -37,7 +38,7 @@ from ..kube.store import ADDED, DELETED, CacheEvent
 from ..kube.views import pod_view
 from . import failures
 from .failures import AuthFailure
-from .ownership import OwnerChain
+from .ownership import LABELS, OwnerChain
 
 MEMBERSHIP_LABEL = JOBSET_NAME_LABEL
 TRAINJOB_PODS = MEMBERSHIP_LABEL  # the selector: every pod that has the label
@@ -90,6 +91,18 @@ def judge_pod(
 def judge_departed(held: Obj | None) -> str:
     """The reason for a token whose pod uid the watch saw leave."""
     return failures.POD_GONE if held is None else failures.POD_UID
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """What passed the pod binding: the pod cache's object, and the uid of the TrainJob
+    and the binding mode it passed under. While all three hold, a check for the same
+    token would pass again; a TrainJob recreated under the name, or another mode, asks
+    for a new check."""
+
+    pod: Obj
+    trainjob_uid: str | None
+    mode: str
 
 
 class _Bounded(OrderedDict[Any, Any]):
@@ -178,26 +191,40 @@ class PodBinding:
 
     async def check(
         self, namespace: str, name: str, uid: str, trainjob: str, now: float
-    ) -> Obj | None:
+    ) -> Fit | None:
         """Raise AuthFailure unless pod ``namespace/name`` with ``uid`` may post for
-        ``trainjob``; ``Unavailable`` when a needed fetch fails. ``now`` is
-        wall-clock seconds.
+        ``trainjob``; ``Unavailable`` when a needed fetch fails or the binding cannot be
+        told. ``now`` is wall-clock seconds.
 
-        Returns the pod judged when its verdict does not depend on the time (it is not
-        terminating), else None: while the cache holds that same object (``still_fit``),
-        a check for the same uid and TrainJob would pass again."""
+        Returns what passed when its verdict does not depend on the time (the pod is
+        not terminating), else None: while it still holds (``still_fit``), a check for
+        the same uid and TrainJob would pass again."""
         pod = self.pods.get(namespace, name)
         if pod is None or _meta(pod).get("uid") != uid:
             pod = await self._resolve(namespace, name, uid, pod)
         self._judge(pod, uid, trainjob, now)
-        await self._owned(namespace, pod, trainjob)
-        return None if "deletionTimestamp" in _meta(pod) else pod
+        mode = await self._owned(namespace, pod, trainjob)
+        if "deletionTimestamp" in _meta(pod):
+            return None
+        return Fit(pod, self._trainjob_uid(namespace, trainjob), mode)
 
-    def still_fit(self, namespace: str, name: str, fit: Obj | None) -> bool:
-        """Whether the pod cache holds ``fit`` (what ``check`` returned) as pod
-        ``namespace/name``. Cached objects are replaced, never changed, on every event:
-        the pod is still there, the same incarnation with the same labels."""
-        return fit is not None and self.pods.get(namespace, name) is fit
+    def still_fit(self, namespace: str, name: str, trainjob: str, fit: Fit | None) -> bool:
+        """Whether ``fit`` (what ``check`` returned) still holds for a post as pod
+        ``namespace/name`` to ``trainjob``: the pod cache holds that same object (cached
+        objects are replaced, never changed: the same incarnation with the same labels),
+        the TrainJob is the same incarnation, and the binding mode is the same."""
+        return (
+            fit is not None
+            and self.pods.get(namespace, name) is fit.pod
+            and self._trainjob_uid(namespace, trainjob) == fit.trainjob_uid
+            and self._mode() == fit.mode
+        )
+
+    def _mode(self) -> str:
+        return self.owners.mode if self.owners is not None else LABELS
+
+    def _trainjob_uid(self, namespace: str, trainjob: str) -> str | None:
+        return self.owners.trainjob_uid(namespace, trainjob) if self.owners is not None else None
 
     async def check_cached(
         self, namespace: str, name: str, uid: str, trainjob: str, now: float
@@ -232,20 +259,20 @@ class PodBinding:
         if reason is not None:
             raise AuthFailure(reason)
 
-    async def _owned(self, namespace: str, pod: Obj, trainjob: str) -> None:
+    async def _owned(self, namespace: str, pod: Obj, trainjob: str) -> str:
         """Refuses a pod whose owner chain does not lead to ``trainjob`` (ownership mode;
-        only when membership is required at all). Where ``trainjob`` does not exist (a
-        pod of a TrainJob deleted meanwhile) no chain can lead there: the answer is the
-        404 the post would get later, as in the labels mode and from the peer, not a
-        refusal that reads as a wrong credential."""
-        if (
-            self.require_membership
-            and self.owners is not None
-            and not await self.owners.owns(namespace, pod, trainjob)
-        ):
+        only when membership is required at all); the mode it was judged in. Where
+        ``trainjob`` does not exist (a pod of a TrainJob deleted meanwhile) no chain can
+        lead there: the answer is the 404 the post would get later, as in the labels
+        mode and from the peer, not a refusal that reads as a wrong credential."""
+        if not self.require_membership or self.owners is None:
+            return LABELS
+        mode = self.owners.mode
+        if not await self.owners.owns(namespace, pod, trainjob):
             if self.owners.trainjobs.get(namespace, trainjob) is None:
                 raise TrainJobNotFound()
             raise AuthFailure(failures.NOT_OWNED)
+        return mode
 
     async def _resolve(self, namespace: str, name: str, uid: str, held: Obj | None) -> Obj:
         if uid in self._departed:

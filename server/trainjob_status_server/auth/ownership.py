@@ -7,10 +7,15 @@ The label ``jobset.sigs.k8s.io/jobset-name`` names a TrainJob anyone who may cre
 pod can name; a uid cannot be guessed, only read (``get`` on the Job), so a pod labelled
 into another TrainJob of its namespace is refused. The Jobs (those a JobSet made: the
 same label selects them) and the JobSets come from list+watch caches, so the check
-makes no request. Where either cannot be listed (JobSet not installed, RBAC without the
-rules), the caches are ``unavailable`` and the label is the only link checked, as
-before: the *labels* mode. Which mode is in force is logged when first known and when
-it changes, and exported (``trainjob_status_pod_binding_mode{mode}``).
+makes no request.
+
+It fails closed. Where either cannot be listed (JobSet not installed, RBAC without the
+rules: 403 or 404) for ``labels_after`` seconds in a row, the label is the only link
+checked: the *labels* mode. Until then, at start or after a transient refusal, the
+mode is *undecided*: a chain the caches still show (from their last list) passes, any
+other post is answered 503 and retried, never let through on its label. Which mode is
+in force is logged when it changes and exported
+(``trainjob_status_pod_binding_mode{mode}``).
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 from trainjob_status.contract import JOBSET_NAME_LABEL
 
+from ..failures import Unavailable
 from ..kube.cache import WatchCache
 from ..kube.client import KubeClient
 from ..kube.resources import JOBS, JOBSETS, Obj
@@ -33,7 +40,13 @@ log = logging.getLogger(__name__)
 
 OWNERSHIP = "ownership"
 LABELS = "labels"
-MODES = (OWNERSHIP, LABELS)
+UNDECIDED = "undecided"
+MODES = (OWNERSHIP, LABELS, UNDECIDED)
+
+LABELS_AFTER = 60.0
+"""Seconds Jobs or JobSets must stay unlistable (403 or 404) before the label alone
+binds a pod: longer than a watch's hiccup or an RBAC rollout, short enough for a
+cluster without JobSet to serve posts within a minute of start."""
 
 
 def controller_of(obj: Obj) -> tuple[str, str, str] | None:
@@ -95,6 +108,8 @@ class OwnerChain:
         *,
         jobsets: WatchCache | None = None,
         grace: float = 1.0,
+        labels_after: float = LABELS_AFTER,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.jobs = WatchCache(
             watch, JOBS, label_selector=JOBSET_NAME_LABEL, transform=owned_view, optional=True
@@ -107,6 +122,8 @@ class OwnerChain:
         )
         self.trainjobs = trainjobs
         self.grace = grace
+        self.labels_after = labels_after
+        self._clock = clock
         self.noted: str | None = None
         self._announce: asyncio.Task[None] | None = None
 
@@ -128,8 +145,14 @@ class OwnerChain:
     @property
     def mode(self) -> str:
         caches = (self.jobs, self.jobsets)
-        listed = all(c.synced.is_set() and not c.unavailable for c in caches)
-        return OWNERSHIP if listed else LABELS
+        if all(c.synced.is_set() and not c.unavailable for c in caches):
+            return OWNERSHIP
+        now = self._clock()
+        for cache in caches:
+            since = cache.unavailable_since
+            if cache.unavailable and since is not None and now - since >= self.labels_after:
+                return LABELS
+        return UNDECIDED
 
     def note_mode(self) -> str:
         """The mode in force, logged and exported when it is not the one noted last."""
@@ -139,29 +162,39 @@ class OwnerChain:
             for each in MODES:
                 POD_BINDING_MODE.labels(each).set(1 if each == mode else 0)
             fields: dict[str, Any] = {"mode": mode}
-            if mode == LABELS:
+            if mode != OWNERSHIP:
                 fields["unlisted"] = [
                     c.resource.qualified
                     for c in (self.jobs, self.jobsets)
                     if c.unavailable or not c.synced.is_set()
                 ]
-            log.info("pod binding mode", extra=fields)
+            log.log(
+                logging.INFO if mode == OWNERSHIP else logging.WARNING,
+                "pod binding mode",
+                extra=fields,
+            )
         return mode
 
     async def _announced(self) -> None:
-        """Notes the mode once each cache has listed or turned out unavailable."""
+        """Notes the mode once each cache has listed or turned out unavailable, then
+        whenever it changes (a refusal turning sustained needs no event: looked at
+        every second)."""
         for cache in (self.jobs, self.jobsets):
             # An unavailable cache never lists: looked at again every tenth of a second.
             while not (cache.synced.is_set() or cache.unavailable):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(cache.synced.wait(), 0.1)
-        self.note_mode()
+        while True:
+            self.note_mode()
+            await asyncio.sleep(1.0)
 
     async def owns(self, namespace: str, pod: Obj, trainjob: str) -> bool:
         """Whether ``pod`` may post for ``trainjob`` by ownership (always, in the labels
         mode). Never a request: a Job or JobSet the caches lack is waited for up to
-        ``grace`` seconds."""
-        if self.note_mode() != OWNERSHIP:
+        ``grace`` seconds. Undecided, a chain the caches do not show raises
+        ``Unavailable``: it cannot be told, and the label alone does not bind."""
+        mode = self.note_mode()
+        if mode == LABELS:
             return True
         job_ref = controller_of(pod)
         if job_ref is not None and job_ref[0] == "Job":
@@ -173,13 +206,20 @@ class OwnerChain:
         held = self.trainjobs.get(namespace, trainjob)
         if held is None:  # created a moment ago, or gone: the watch may trail either
             held = await self.trainjobs.wait_for(namespace, trainjob, self.grace)
-        return owned_through(
+        owned = owned_through(
             pod,
             trainjob,
             _uid(held),
             lambda name: self.jobs.get(namespace, name),
             lambda name: self.jobsets.get(namespace, name),
         )
+        if not owned and mode == UNDECIDED:
+            raise Unavailable()
+        return owned
+
+    def trainjob_uid(self, namespace: str, trainjob: str) -> str | None:
+        """The uid of the TrainJob the cache holds under that name, or None."""
+        return _uid(self.trainjobs.get(namespace, trainjob))
 
     async def _wait(self, cache: WatchCache, namespace: str, ref: tuple[str, str, str]) -> None:
         if _uid(cache.get(namespace, ref[1])) != ref[2]:

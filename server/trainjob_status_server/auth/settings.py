@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .binding import TRAINJOB_PODS
 from .issuer import DEFAULT_TOKEN_PATH
+from .ownership import LABELS_AFTER
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,10 @@ class AuthSettings:
     """How long a refusal that took an API request (pod not found, TokenReview said
     no) is remembered, so a stale token retried in a loop costs one request per
     interval."""
+
+    binding_labels_after: float = LABELS_AFTER
+    """Seconds Jobs or JobSets must stay unlistable (403 or 404) before a pod is bound by
+    its label alone (``ownership.LABELS_AFTER``); until then such posts are answered 503."""
 
     @property
     def pod_selector(self) -> str | None:

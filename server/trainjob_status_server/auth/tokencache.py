@@ -10,9 +10,9 @@ lookup), and drops entries of keys that left the set when it changes. Entries di
 The token itself is never stored, only its digest.
 
 An entry also remembers the last TrainJob its claims passed ``check_facts`` for, with the
-identity that post got and the pod object that passed (``admitted``): the next post
+identity that post got and what passed the pod binding (``admitted``): the next post
 there needs the time checks only, and no pod judgement while the pod cache holds that
-same object.
+same object, the TrainJob is the same incarnation and the binding mode the same.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..kube.resources import Obj
 from .authenticator import Identity
+from .binding import Fit
 from .claims import TokenFacts
 from .keys import VerificationKey
 
@@ -37,7 +37,7 @@ class Admission:
     namespace: str
     trainjob: str
     identity: Identity
-    pod: Obj | None = None
+    pod: Fit | None = None
 
 
 @dataclass(slots=True)

@@ -8,9 +8,10 @@ cache the claims; check the claims against the URL's TrainJob; check the bound p
 the pod watch cache; spend a token of the service account's bucket. Nothing before a
 verified signature can cause a Kubernetes API call (TokenReview mode: nothing before the
 claims pass, the digest is not a refusal remembered from the last ``negative_ttl``
-seconds, the pod cache shows the bound pod with its uid in the TrainJob, the claimed
-service account's bucket has paid for the post, and the source address's review bucket
-for the review).
+seconds, the pod cache shows the bound pod with its uid in the TrainJob, and the source
+address's review bucket has paid for the review). A post is charged to its service
+account's bucket only once its token is verified: what an unverified token claims is
+the sender's word, and charges the sender's address.
 
 The cached path is a hash, the entry's look-up and key, the time checks when the token
 passed the others for this TrainJob before, the pod cache's look-up (no judgement while
@@ -145,7 +146,12 @@ class TokenAuthenticator:
         settings = self.settings
         self.api = kube
         owners = (
-            OwnerChain(watch if watch is not None else kube, trainjobs, jobsets=jobsets)
+            OwnerChain(
+                watch if watch is not None else kube,
+                trainjobs,
+                jobsets=jobsets,
+                labels_after=settings.binding_labels_after,
+            )
             if trainjobs is not None and settings.require_pod_membership
             else None
         )
@@ -225,7 +231,6 @@ class TokenAuthenticator:
         if binding is None or not (self._open or self._opened()):
             raise Unavailable()
         entry: Verified | None = None
-        charged = False  # the service account's token already spent before a review
         try:
             token = bearer_token(authorization)
             digest = hashlib.sha256(token.encode()).digest()
@@ -234,22 +239,21 @@ class TokenAuthenticator:
             if entry is None or (
                 entry.key is not None and (keys is None or entry.key not in keys.keys)
             ):
-                entry, charged = await self._verify(token, digest, namespace, trainjob, now, source)
+                entry = await self._verify(token, digest, namespace, trainjob, now, source)
             admission = self._admit(entry, namespace, trainjob, now)
             facts = entry.facts
             pod, uid = facts.pod_name, facts.pod_uid
             if (
                 pod is not None
                 and uid is not None
-                and not binding.still_fit(namespace, pod, admission.pod)
+                and not binding.still_fit(namespace, pod, trainjob, admission.pod)
             ):
                 admission.pod = await binding.check(namespace, pod, uid, trainjob, now)
         except AuthFailure as failure:
             self._refused(failure, namespace, trainjob, entry.facts if entry else None)
             raise
-        if not charged:
-            assert facts.subject is not None  # check_facts has made sure of it
-            self._charge(facts.subject, namespace, trainjob)
+        assert facts.subject is not None  # check_facts has made sure of it
+        self._charge(facts.subject, namespace, trainjob)
         return admission.identity
 
     def _opened(self) -> bool:
@@ -279,18 +283,15 @@ class TokenAuthenticator:
         entry.admitted = admitted = Admission(namespace, trainjob, identity)
         return admitted
 
-    def _charge(
-        self, subject: str, namespace: str, trainjob: str, *, verified: bool = True
-    ) -> None:
-        """Spend a token of ``subject``'s bucket, or raise RateLimited. An unverified
-        subject (before a TokenReview) is the sender's word: it is not logged."""
+    def _charge(self, subject: str, namespace: str, trainjob: str) -> None:
+        """Spend a token of ``subject``'s bucket (a verified one), or raise RateLimited."""
         wait = self.limiter.take(subject)
         if wait is not None:
             RATE_LIMITED.inc()
-            fields = {"trainjob": f"{namespace}/{trainjob}", "verified": verified}
-            if verified:
-                fields["subject"] = subject
-            log.info("post rate-limited", extra=fields)
+            log.info(
+                "post rate-limited",
+                extra={"trainjob": f"{namespace}/{trainjob}", "subject": subject},
+            )
             raise RateLimited(wait)
 
     def _charge_source(self, source: str, namespace: str, trainjob: str) -> None:
@@ -317,10 +318,8 @@ class TokenAuthenticator:
 
     async def _verify(
         self, token: str, digest: bytes, namespace: str, trainjob: str, now: float, source: str
-    ) -> tuple[Verified, bool]:
-        """The verified entry, and whether the post was charged to its service account
-        on the way (before a TokenReview)."""
-        charged = False
+    ) -> Verified:
+        """The entry of ``token``, verified (its signature, or a TokenReview)."""
         audience = audience_for(namespace, trainjob)
         if self.signatures is not None:
             claims, key = await self.signatures.verify(token)
@@ -332,8 +331,8 @@ class TokenAuthenticator:
             # Claims first: a token that would fail them never reaches the API server.
             self._check(facts, audience, namespace, now)
             # A refusal remembered for this digest costs nothing; any other review is
-            # charged to the account the token claims first, so forged tokens claiming
-            # one account cannot cost more reviews than its posts may pass.
+            # charged to the source address that sent it, never to the account the
+            # token only claims: forged tokens naming a pod cannot spend its rate.
             self.reviewer.check_refused(digest)
             if facts.pod_name is not None and facts.pod_uid is not None:
                 # What the pod cache can refuse costs no review: a forged token must
@@ -342,9 +341,6 @@ class TokenAuthenticator:
                 await self.binding.check_cached(
                     namespace, facts.pod_name, facts.pod_uid, trainjob, now
                 )
-            assert facts.subject is not None  # check_facts has made sure of it
-            self._charge(facts.subject, namespace, trainjob, verified=False)
-            charged = True
             if not self.reviewer.asking(digest):
                 # A review already asked for costs no more; a new one is the source's.
                 self._charge_source(source, namespace, trainjob)
@@ -353,7 +349,7 @@ class TokenAuthenticator:
         until = (facts.expires if facts.expires is not None else -1.0) + self.settings.leeway
         entry = Verified(facts, key, until)
         self.tokens.put(digest, entry, now)
-        return entry, charged
+        return entry
 
     @staticmethod
     def _refused(

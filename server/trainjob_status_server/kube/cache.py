@@ -82,6 +82,8 @@ class WatchCache:
         self.fetch_client = fetch_client if fetch_client is not None else client
         self.optional = optional
         self.unavailable = False
+        # Since when (clock) the list has been refused with 403 or 404, while it is.
+        self.unavailable_since: float | None = None
         self._said_missing = self._said_listed = False
         self.watch_seconds = watch_seconds
         self.backoff = backoff
@@ -288,12 +290,17 @@ class WatchCache:
             except KubeError as exc:
                 if self.optional and exc.status in (403, 404):
                     self._missing(exc)
-                    # Not a fault to back off from: the cluster may never serve it.
                     # Served again, it is listed afresh.
                     relist = True
-                    await asyncio.sleep(self.backoff.cap)
-                    continue
-                if exc.status == 410:
+                    if not self.synced.is_set():
+                        # Never listed: the cluster may never serve it, no fault to
+                        # back off from.
+                        await asyncio.sleep(self.backoff.cap)
+                        continue
+                    # Listed before: a refusal that may pass (RBAC rolling out), retried
+                    # as any failure is (logged once, by _missing).
+                    self._failures += 1
+                elif exc.status == 410:
                     relist = True
                     # Expiry is routine after a long disconnect, but a version expired
                     # the moment it was listed means something is wrong: slow down.
@@ -317,6 +324,7 @@ class WatchCache:
     def _missing(self, exc: KubeError) -> None:
         if not self.unavailable:
             self.unavailable = True
+            self.unavailable_since = self._clock()
             # Once per process: a cluster that lets us list but not watch would
             # otherwise say it again after every relist.
             level = logging.DEBUG if self._said_missing else logging.WARNING
@@ -340,6 +348,7 @@ class WatchCache:
         )
         if self.unavailable:
             self.unavailable = False
+            self.unavailable_since = None
             level = logging.DEBUG if self._said_listed else logging.INFO
             self._said_listed = True
             log.log(level, "optional resource listed", extra={"resource": self.resource.qualified})

@@ -62,8 +62,10 @@ PENDING_WRITES = Gauge("trainjob_status_pending_writes", "TrainJobs with an upda
 POD_BINDING_MODE = Gauge(
     "trainjob_status_pod_binding_mode",
     "1 for the way a post's pod is bound to its TrainJob now: ownership (the pod's Job,"
-    " JobSet and TrainJob by uid) or labels (the jobset-name label alone, where Jobs or"
-    " JobSets cannot be listed); 0 for the other.",
+    " JobSet and TrainJob by uid), labels (the jobset-name label alone, where Jobs or"
+    " JobSets have been refused to us for a sustained period), or undecided (not listed"
+    " yet, or refused for less: a chain the caches do not show is answered 503); 0 for"
+    " the others.",
     ["mode"],
 )
 WRITE_FRESHNESS = Histogram(
