@@ -237,6 +237,30 @@ def test_no_trainjob_waits_more_than_two_fair_rounds() -> None:
     assert len(waits[ROUTINE]) >= 2 * len(quiet)
 
 
+def test_namespaces_take_turns_so_a_crowded_one_delays_another_by_one_write() -> None:
+    schedule = PrioritySchedule()
+    for i in range(100):
+        schedule.push(("crowded", f"tj{i:03d}"), 0.0, PROGRESS, float(i))
+    schedule.push(("alone", "tj"), 0.0, ROUTINE, 200.0)  # dirty last, and routine
+    served = []
+    while (chosen := schedule.pop_ready(300.0, overdue_after=1000.0)) is not None:
+        served.append(chosen)
+    assert served[:3] == [("crowded", "tj000"), ("alone", "tj"), ("crowded", "tj001")]
+    assert served[3:] == [("crowded", f"tj{i:03d}") for i in range(2, 100)]
+
+
+def test_final_updates_go_first_their_namespaces_in_turn() -> None:
+    schedule = PrioritySchedule()
+    for i in range(3):
+        schedule.push(("a", f"f{i}"), 0.0, FINAL, float(i))
+    schedule.push(("b", "f"), 0.0, FINAL, 10.0)
+    schedule.push(("b", "p"), 0.0, PROGRESS, 0.0)
+    served = []
+    while (chosen := schedule.pop_ready(20.0, overdue_after=1000.0)) is not None:
+        served.append(chosen)
+    assert served == [("a", "f0"), ("b", "f"), ("a", "f1"), ("a", "f2"), ("b", "p")]
+
+
 def test_fair_round() -> None:
     assert fair_round(1000, 5.0) == 200.0
     assert fair_round(0, 5.0) == 0.0

@@ -10,17 +10,22 @@ became dirty):
 - ``progress``: an update whose ``progressPercentage`` differs from the stored one;
 - ``routine``: the rest (metrics ticks, ETA).
 
+A share per tenant: namespaces take turns. Final updates go first, one namespace's at a
+time in turn; then the others, one namespace's at a time in turn, each namespace's own
+most awaited first. So a namespace with a hundred dirty TrainJobs delays another's
+single one by one write, not a hundred.
+
 No starvation: a ``progress`` or ``routine`` TrainJob dirty for longer than the fair
-round (every dirty TrainJob written once: ``fair_round``) is overdue, and overdue ones
-are served before the other non-final ones, oldest first. So, final updates aside (one
-per TrainJob's life), a TrainJob waits at most about two rounds: one to become overdue,
-one behind the overdue TrainJobs dirty before it.
+round (every dirty TrainJob written once: ``fair_round``) is overdue, and goes before its
+namespace's other non-final ones, oldest first. So, final updates aside (one per
+TrainJob's life), a TrainJob waits at most about two rounds of its namespace's share.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,16 +128,26 @@ class _Slot:
     key: Key = field(compare=False)
 
 
+def _queues() -> tuple[list[_Slot], ...]:
+    return tuple([] for _ in UpdateClass)
+
+
 class PrioritySchedule:
     """The dirty TrainJobs not in flight, each waiting until its ``ready_at`` (minimum
-    interval or retry delay), then served by class, overdue first among the non-final
-    ones, oldest first. Heap entries are invalidated lazily: a key's live slot is the one
-    whose ``seq`` its entry holds."""
+    interval or retry delay), then served namespace by namespace in turn: final updates
+    first (their namespaces in turn), then the others (their namespaces in turn, each
+    namespace's overdue one first, else its progress, else its routine one), oldest
+    first. Heap entries are invalidated lazily: a key's live slot is the one whose
+    ``seq`` its entry holds; a namespace leaves its turn once it has nothing ready."""
 
     def __init__(self) -> None:
         self._entries: dict[Key, _Entry] = {}
         self._waiting: list[_Slot] = []
-        self._ready: tuple[list[_Slot], ...] = tuple([] for _ in UpdateClass)
+        # Ready slots by namespace, one queue per class.
+        self._ready: dict[str, tuple[list[_Slot], ...]] = {}
+        # The namespaces in turn: those with a final update ready, and the others.
+        self._turns: tuple[deque[str], deque[str]] = (deque(), deque())
+        self._in_turn: tuple[set[str], set[str]] = (set(), set())
         self._counts = [0 for _ in UpdateClass]
         self._seq = itertools.count()
 
@@ -167,7 +182,7 @@ class PrioritySchedule:
         entry.klass = klass
         if entry.ready:
             entry.seq = next(self._seq)
-            heapq.heappush(self._ready[klass], _Slot(entry.dirty_since, entry.seq, key))
+            self._queue(key, entry)
 
     def discard(self, key: Key) -> None:
         entry = self._entries.pop(key, None)
@@ -178,52 +193,95 @@ class PrioritySchedule:
         entry = self._entries.get(slot.key)
         return entry if entry is not None and entry.seq == slot.seq else None
 
+    def _queue(self, key: Key, entry: _Entry) -> None:
+        """``key`` is ready: into its namespace's queue of its class, and its namespace
+        into its turn."""
+        namespace = key[0]
+        queues = self._ready.get(namespace)
+        if queues is None:
+            queues = self._ready[namespace] = _queues()
+        heapq.heappush(queues[entry.klass], _Slot(entry.dirty_since, entry.seq, key))
+        turn = 0 if entry.klass is UpdateClass.FINAL else 1
+        if namespace not in self._in_turn[turn]:
+            self._in_turn[turn].add(namespace)
+            self._turns[turn].append(namespace)
+
     def _release(self, now: float) -> None:
-        """Move the keys whose time has come to their class's queue."""
+        """Move the keys whose time has come to their namespace's queues."""
         waiting = self._waiting
         while waiting and waiting[0].at <= now:
             slot = heapq.heappop(waiting)
             entry = self._live(slot)
             if entry is not None:
                 entry.ready = True
-                heapq.heappush(
-                    self._ready[entry.klass], _Slot(entry.dirty_since, slot.seq, slot.key)
-                )
+                self._queue(slot.key, entry)
 
-    def _head(self, klass: UpdateClass) -> _Slot | None:
-        queue = self._ready[klass]
+    def _head(self, namespace: str, klass: UpdateClass) -> _Slot | None:
+        queues = self._ready.get(namespace)
+        if queues is None:
+            return None
+        queue = queues[klass]
         while queue and self._live(queue[0]) is None:
             heapq.heappop(queue)
         return queue[0] if queue else None
+
+    def _choose(
+        self, namespace: str, final: bool, now: float, overdue_after: float
+    ) -> _Slot | None:
+        """``namespace``'s next key: its oldest final one; or, for the others, the oldest
+        if it is overdue, else its oldest progress one, else its oldest routine one."""
+        if final:
+            return self._head(namespace, UpdateClass.FINAL)
+        heads = [
+            head
+            for head in (
+                self._head(namespace, UpdateClass.PROGRESS),
+                self._head(namespace, UpdateClass.ROUTINE),
+            )
+            if head is not None
+        ]
+        oldest = min(heads, default=None)
+        if oldest is not None and now - oldest.at >= overdue_after:
+            return oldest
+        return heads[0] if heads else None
+
+    def _next(self, final: bool, now: float, overdue_after: float) -> _Slot | None:
+        """The next namespace in turn with something ready, its key; the namespace goes
+        to the back of the turn."""
+        turn, members = self._turns[0 if final else 1], self._in_turn[0 if final else 1]
+        while turn:
+            namespace = turn[0]
+            chosen = self._choose(namespace, final, now, overdue_after)
+            if chosen is None:
+                turn.popleft()
+                members.discard(namespace)
+                self._forget(namespace)
+                continue
+            turn.rotate(-1)
+            return chosen
+        return None
+
+    def _forget(self, namespace: str) -> None:
+        """Drop ``namespace``'s queues once no turn holds it (they hold nothing live)."""
+        if namespace not in self._in_turn[0] and namespace not in self._in_turn[1]:
+            self._ready.pop(namespace, None)
 
     def pop_ready(self, now: float, overdue_after: float) -> Key | None:
         """The next key to write, removed from the schedule; None if none is ready.
         ``overdue_after``: seconds dirty after which a non-final key goes first."""
         self._release(now)
-        chosen = self._head(UpdateClass.FINAL)
-        if chosen is None:
-            heads = [
-                head
-                for head in (self._head(UpdateClass.PROGRESS), self._head(UpdateClass.ROUTINE))
-                if head is not None
-            ]
-            oldest = min(heads, default=None)
-            if oldest is not None and now - oldest.at >= overdue_after:
-                chosen = oldest
-            elif heads:
-                chosen = heads[0]
+        chosen = self._next(True, now, overdue_after) or self._next(False, now, overdue_after)
         if chosen is None:
             return None
         entry = self._entries.pop(chosen.key)
         self._counts[entry.klass] -= 1
-        heapq.heappop(self._ready[entry.klass])
+        heapq.heappop(self._ready[chosen.key[0]][entry.klass])
         return chosen.key
 
     def next_time(self) -> float | None:
         """When the earliest scheduled key is (or was) ready; None: nothing scheduled."""
-        for klass in UpdateClass:
-            head = self._head(klass)
-            if head is not None:
+        for namespace in list(self._ready):
+            if any(self._head(namespace, klass) is not None for klass in UpdateClass):
                 return float("-inf")
         while self._waiting and self._live(self._waiting[0]) is None:
             heapq.heappop(self._waiting)
