@@ -150,7 +150,8 @@ class CoalescingWriter:
         self._pending: dict[Key, Pending] = {}
         # A newer update behind a final one, written after it (a final is never replaced).
         self._following: dict[Key, Pending] = {}
-        self._in_flight: set[Key] = set()
+        # What is being written, by TrainJob.
+        self._in_flight: dict[Key, Pending] = {}
         self._last_start: dict[Key, float] = {}
         # Views of what our own writes returned, until the cache shows them.
         self._written: dict[Key, Obj] = {}
@@ -289,7 +290,7 @@ class CoalescingWriter:
             if pending is None:
                 continue
             self._dirty_since.pop(key, None)
-            self._in_flight.add(key)
+            self._in_flight[key] = pending
             self._last_start[key] = now
             task = asyncio.create_task(self._write_one(key, pending), name=f"write {key}")
             self._tasks.add(task)
@@ -299,7 +300,7 @@ class CoalescingWriter:
 
     def _finished(self, task: asyncio.Task[None], key: Key) -> None:
         self._tasks.discard(task)
-        self._in_flight.discard(key)
+        self._in_flight.pop(key, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("status write failed", exc_info=task.exception())
         # What waited behind a final update goes next, unless the final one is pending
@@ -481,16 +482,17 @@ class CoalescingWriter:
     def _count_lost(self) -> None:
         """Log each TrainJob whose newest accepted update the drain did not write (what
         it holds and since when), and count them."""
-        lost = sorted(set(self._pending) | self._in_flight | set(self._following))
+        lost = sorted(set(self._pending) | set(self._in_flight) | set(self._following))
         now = self.clock()
         for key in lost:
-            held = self._following.get(key) or self._pending.get(key)
+            # The newest accepted: behind a final one, else pending, else being written.
+            held = self._following.get(key) or self._pending.get(key) or self._in_flight[key]
             log.warning(
                 "update lost at shutdown",
                 extra={
                     "trainjob": "/".join(key),
-                    "progress": None if held is None else progress_of(held.update),
-                    "accepted_s_ago": None if held is None else round(now - held.accepted_at, 3),
+                    "progress": progress_of(held.update),
+                    "accepted_s_ago": round(now - held.accepted_at, 3),
                     "in_flight": key in self._in_flight,
                 },
             )
