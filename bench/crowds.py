@@ -1,6 +1,7 @@
 """Many strangers, not one: crowds from several source addresses hold connections to the
-serving port that never send a request (connected and silent; through TLS and silent;
-dripping a request head a byte every half second), each reopened the moment the server
+serving port that do not move (connected and silent; through TLS and silent; dripping a
+request head a byte every half second; idle after one request; a whole head of an
+admission review or a status post, then its body a byte a second), each reopened the moment the server
 closes it, while another address sends valid status posts and admission reviews, each
 on a new connection. Prints, for each kind of crowd, the share of posts answered 200
 within ``--deadline`` seconds, their latency, and the share of reviews answered.
@@ -15,7 +16,7 @@ connections, ``--posts`` posts and ``--reviews`` reviews of at most ``--deadline
 seconds each per crowd. Asserts nothing.
 
     .venv/bin/python bench/crowds.py [--addresses 5] [--per-address 230] [--posts 40]
-        [--reviews 10] [--kinds connect-only,tls-only,slow-headers]
+        [--reviews 10] [--kinds connect-only,tls-only,slow-headers,idle-keepalive,drip-body]
         [--max-connections N] [--max-connections-per-ip N] [--smoke]
 """
 
@@ -39,17 +40,40 @@ from trainjob_devcluster.harness.testing import BackgroundStack, ServingCerts
 from trainjob_status.contract import ANCESTOR_STEP_LABEL, JOBSET_NAME_LABEL, status_path
 
 NS = "bench"
-KINDS = ("connect-only", "tls-only", "slow-headers")
+KINDS = ("connect-only", "tls-only", "slow-headers", "idle-keepalive", "drip-body")
 HEAD = (
     f"POST {status_path(NS, 'job')} HTTP/1.1\r\nHost: localhost\r\n"
     f"Authorization: Bearer {'x' * 1200}\r\nContent-Length: 2\r\n\r\n{{}}"
 ).encode()
+BODY = b'{"trainerStatus": {"progressPercentage": 1}}'
+# Whole heads whose bodies are then dripped: an admission review's (read within the
+# webhook's 2 s) and a status post's (read within --read-timeout, 10 s).
+DRIP_HEADS = (
+    f"POST /mutate-pods HTTP/1.1\r\nHost: localhost\r\nContent-Length: {len(BODY)}\r\n\r\n",
+    f"POST {status_path(NS, 'job')} HTTP/1.1\r\nHost: localhost\r\n"
+    f"Authorization: Bearer bench\r\nContent-Length: {len(BODY)}\r\n\r\n",
+)
 
 
 # -- the crowd (a child process) ----------------------------------------------------------
 
 
+async def drip(
+    data: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pace: float
+) -> None:
+    """``data`` a byte every ``pace`` seconds, until the server closes the connection."""
+    for byte in data:
+        writer.write(bytes([byte]))
+        with contextlib.suppress(TimeoutError):
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can drop a read that
+            # completes as it times out (the close, here).
+            async with asyncio.timeout(pace):
+                if not await reader.read(1):
+                    return
+
+
 async def member(host: str, port: int, tls: ssl.SSLContext, kind: str, source: str) -> None:
+    pace = 1.0 if kind == "drip-body" else 0.5
     while True:
         writer: asyncio.StreamWriter | None = None
         try:
@@ -61,16 +85,14 @@ async def member(host: str, port: int, tls: ssl.SSLContext, kind: str, source: s
                 server_hostname="localhost" if secure else None,
                 local_addr=(source, 0),
             )
-            if kind == "slow-headers":
-                for byte in HEAD:
-                    writer.write(bytes([byte]))
-                    with contextlib.suppress(TimeoutError):
-                        # asyncio.timeout, not wait_for: on 3.11 wait_for can drop a read
-                        # that completes as it times out (the close, here).
-                        async with asyncio.timeout(0.5):
-                            if not await reader.read(1):
-                                break
+            if kind in ("slow-headers", "drip-body"):
+                if kind == "drip-body":
+                    # A whole head, then the body a byte a second.
+                    writer.write(DRIP_HEADS[int(source.rsplit(".", 1)[1]) % 2].encode())
+                await drip(HEAD if kind == "slow-headers" else BODY, reader, writer, pace)
             else:
+                if kind == "idle-keepalive":
+                    writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
                 await reader.read()  # until the server closes it
         except (OSError, ssl.SSLError):
             await asyncio.sleep(0.01)  # refused at once: not a busy loop
@@ -128,12 +150,13 @@ def send(port: int, tls: ssl.SSLContext, path: str, body: bytes, deadline: float
 
 
 def evictions(metrics_url: str) -> float:
+    """Serving connections closed to make room for a newcomer, whatever the reason."""
     samples = scrape(metrics_url + "/metrics", "trainjob_status_connections_closed")
-    return total(
-        samples,
-        "trainjob_status_connections_closed_total",
-        listener="serving",
-        reason="fresh_evicted",
+    return sum(
+        total(
+            samples, "trainjob_status_connections_closed_total", listener="serving", reason=reason
+        )
+        for reason in ("fresh_evicted", "idle_evicted", "stalled_evicted", "slow_body_evicted")
     )
 
 
@@ -157,6 +180,8 @@ def run_kind(
         while time.monotonic() < settle and (slots is None or len(slots) < want):
             time.sleep(0.2)
         held = 0 if slots is None else len(slots)
+        # The attack in its steady state: its first connections as old as its later ones.
+        time.sleep(min(args.settle, 2.0))
         posts: list[float | None] = []
         reviews: list[float | None] = []
         step = max(1, args.posts // max(1, args.reviews))  # reviews spread among the posts

@@ -75,7 +75,13 @@ BENCHES = [
             *(
                 rf"^{kind}: 2 addresses x 10 connections \({NUMBER} slots held at the start\); "
                 rf"posts answered 200 within 2 s: {NUMBER}/3 \({NUMBER}%\)"
-                for kind in ("connect-only", "tls-only", "slow-headers")
+                for kind in (
+                    "connect-only",
+                    "tls-only",
+                    "slow-headers",
+                    "idle-keepalive",
+                    "drip-body",
+                )
             ),
             rf"admission reviews answered: {NUMBER}/1; crowd connections closed for newcomers",
         ),

@@ -1,6 +1,6 @@
-"""Who gets a connection slot: the caps in all and per source address, the fresh
-connection (no first request yet) and then the idle one closed to make room, and the
-refusal log that does not flood."""
+"""Who gets a connection slot: the caps in all and per source address, the connection
+that does not move closed to make room (of the address holding the most: idle, then
+stalled, then slow, then fresh), and the refusal log that does not flood."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from trainjob_status_server.http.slots import (
     FRESH_EVICTED,
     IDLE_EVICTED,
     PER_ADDRESS,
+    SLOW_EVICTED,
     STALLED_EVICTED,
     TOTAL,
     RefusalLog,
@@ -20,9 +21,15 @@ from trainjob_status_server.http.slots import (
 
 
 class Connection:
-    def __init__(self, idle: bool = False, stalled_since: float | None = None) -> None:
+    def __init__(
+        self,
+        idle: bool = False,
+        stalled_since: float | None = None,
+        waiting_since: float | None = None,
+    ) -> None:
         self.idle = idle
         self.stalled_since = stalled_since
+        self.waiting_since = waiting_since
         self.evicted = False
 
     def evict(self) -> None:
@@ -34,12 +41,13 @@ class Recorded:
         self.refused: list[tuple[str, str]] = []
         self.evicted: list[str] = []
 
-    def slots(self, total: int, per_address: int) -> Slots:
+    def slots(self, total: int, per_address: int, now: float = 100.0) -> Slots:
         return Slots(
             total,
             per_address,
             refused=lambda reason, address: self.refused.append((reason, address)),
             evicted=self.evicted.append,
+            clock=lambda: now,
         )
 
 
@@ -50,10 +58,12 @@ def admitted(
     idle: bool = False,
     fresh: bool = False,
     stalled_since: float | None = None,
+    waiting_since: float | None = None,
 ) -> Connection:
     """A connection holding a slot: fresh (no first request's headers yet), idle between
-    requests, busy (a request in progress), or stalled (its answer unread since then)."""
-    connection = Connection(idle=idle, stalled_since=stalled_since)
+    requests, busy (a request in progress), stalled (its answer unread since then) or
+    awaiting its body since then."""
+    connection = Connection(idle=idle, stalled_since=stalled_since, waiting_since=waiting_since)
     assert slots.admit(connection, address) is None
     if not fresh:
         slots.started(connection)
@@ -119,36 +129,62 @@ def test_release_frees_the_slot_and_the_address() -> None:
     assert slots.admit(Connection(), "10.0.0.1") is None
 
 
-def test_a_fresh_connection_makes_room_before_an_idle_or_busy_one() -> None:
+def test_of_an_address_idle_then_stalled_then_slow_then_fresh_makes_room() -> None:
     seen = Recorded()
-    slots = seen.slots(3, 3)
+    slots = seen.slots(5, 5, now=100.0)
+    fresh = admitted(slots, "10.0.0.1", fresh=True)
+    slow = admitted(slots, "10.0.0.1", waiting_since=90.0)
+    moving = admitted(slots, "10.0.0.1", waiting_since=99.5)  # under SLOW_BODY
+    stalled = admitted(slots, "10.0.0.1", stalled_since=95.0)
     idle = admitted(slots, "10.0.0.1", idle=True)
-    busy = admitted(slots, "10.0.0.1")
-    fresh = admitted(slots, "10.0.0.2", fresh=True)
-    assert slots.admit(Connection(), "10.0.0.3") is None
-    assert (idle.evicted, busy.evicted, fresh.evicted) == (False, False, True)
-    assert seen.evicted == [FRESH_EVICTED]
-    assert slots.fresh("10.0.0.2") == 0
-
-
-def test_the_address_holding_the_most_fresh_connections_loses_one_first() -> None:
-    seen = Recorded()
-    slots = seen.slots(6, 6)
-    crowd = [admitted(slots, "10.0.0.9", fresh=True) for _ in range(3)]
-    # Older than the crowd's, but its address holds fewer.
-    early = admitted(slots, "10.0.0.1", fresh=True)
-    pair = [admitted(slots, "10.0.0.2", fresh=True) for _ in range(2)]
     order = []
     for i in range(4):
-        newcomer = Connection()
-        assert slots.admit(newcomer, f"10.0.1.{i}") is None
+        assert slots.admit(Connection(), f"10.0.1.{i}") is None
+        order.append(next(c for c in (fresh, slow, stalled, idle) if c.evicted and c not in order))
+    assert order == [idle, stalled, slow, fresh]
+    assert seen.evicted == [IDLE_EVICTED, STALLED_EVICTED, SLOW_EVICTED, FRESH_EVICTED]
+    assert not moving.evicted
+    # Only a connection that moves is left there, and newcomers of one each.
+    assert slots.admit(Connection(), "10.0.2.1") == TOTAL
+
+
+def test_the_address_holding_the_most_slots_loses_one_first() -> None:
+    seen = Recorded()
+    slots = seen.slots(7, 7)
+    crowd = [admitted(slots, "10.0.0.9", idle=True) for _ in range(3)]
+    # Older than the crowd's, fresh, but its address holds fewer.
+    early = admitted(slots, "10.0.0.1", fresh=True)
+    pair = [admitted(slots, "10.0.0.2", fresh=True) for _ in range(2)]
+    busy = admitted(slots, "10.0.0.3")
+    order = []
+    for i in range(3):
+        assert slots.admit(Connection(), f"10.0.1.{i}") is None
         order.append(next(c for c in [*crowd, early, *pair] if c.evicted and c not in order))
-    # 3 against 2: the crowd's oldest; 2 against 2: the older one, the crowd's again;
-    # then the pair's, which holds the most; then, one each, the oldest of all.
-    assert order == [crowd[0], crowd[1], pair[0], crowd[2]]
-    assert not early.evicted
-    assert seen.evicted == [FRESH_EVICTED] * 4
-    assert seen.refused == []
+    # 3 against 2: the crowd's oldest; 2 against 2: idle goes before fresh, the crowd's
+    # again; then the pair's, which holds the most.
+    assert order == [crowd[0], crowd[1], pair[0]]
+    assert seen.evicted == [IDLE_EVICTED, IDLE_EVICTED, FRESH_EVICTED]
+    # One each now: no address holds more than a newcomer's would, so none loses one.
+    assert slots.admit(Connection(), "10.0.1.9") == TOTAL
+    assert not any(c.evicted for c in (crowd[2], early, pair[1], busy))
+
+
+def test_a_crowd_reconnecting_closes_neither_its_own_nor_a_newcomer_in_its_handshake() -> None:
+    """Addresses holding four idle connections each, every one reopened the moment it
+    is closed: a newcomer from another address (fresh, one slot) takes an idle one's
+    slot, and the member closed for it cannot take one back from its peers, nor the
+    newcomer's."""
+    seen = Recorded()
+    slots = seen.slots(8, 4)
+    crowd = [admitted(slots, f"10.0.0.{a}", idle=True) for a in (1, 2) for _ in range(4)]
+    newcomer = Connection()
+    assert slots.admit(newcomer, "10.0.9.9") is None
+    assert sum(c.evicted for c in crowd) == 1
+    closed_from = "10.0.0.1" if crowd[0].evicted else "10.0.0.2"
+    for _ in range(20):
+        assert slots.admit(Connection(), closed_from) == TOTAL
+    assert not newcomer.evicted
+    assert sum(c.evicted for c in crowd) == 1
 
 
 def test_a_connection_whose_request_started_is_no_longer_fresh() -> None:
@@ -173,14 +209,15 @@ def test_an_address_at_its_cap_loses_its_own_oldest_fresh_connection() -> None:
     assert (slots.count("10.0.0.1"), slots.fresh("10.0.0.1"), seen.refused) == (2, 2, [])
 
 
-def test_the_longest_stalled_connection_makes_room_once_none_is_fresh_or_idle() -> None:
+def test_of_the_address_holding_the_most_the_longest_stalled_makes_room() -> None:
     seen = Recorded()
     slots = seen.slots(3, 3)
-    busy = admitted(slots, "10.0.0.1")
+    elsewhere = admitted(slots, "10.0.0.3", stalled_since=5.0)
     later = admitted(slots, "10.0.0.1", stalled_since=20.0)
-    longest = admitted(slots, "10.0.0.2", stalled_since=10.0)
-    assert slots.admit(Connection(), "10.0.0.3") is None
-    assert (busy.evicted, later.evicted, longest.evicted) == (False, False, True)
+    longest = admitted(slots, "10.0.0.1", stalled_since=10.0)
+    # 10.0.0.1 holds the most: its longest stalled, not the longest of all (10.0.0.3's).
+    assert slots.admit(Connection(), "10.0.0.4") is None
+    assert (elsewhere.evicted, later.evicted, longest.evicted) == (False, False, True)
     assert seen.evicted == [STALLED_EVICTED]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import sys
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,6 +25,7 @@ from ..status.validation import EncodedStatus
 from . import codings, errors
 from .answering import POSTER, TRAINJOB
 from .answers import Answer, json_answer, json_object_answer
+from .protocol import awaiting_body
 
 
 class TrainJobLookup(Protocol):
@@ -120,30 +122,36 @@ async def _read_raw(request: web.BaseRequest, limit: int, seconds: float) -> byt
     deadline: float | None = None
     chunks: list[bytes] = []
     size = 0
-    while True:
-        # Most posts arrive whole with their headers: what is buffered is taken without
-        # arming a timer or reading the loop's clock (on Python 3.11 finding the running
-        # loop is a getpid system call); only a body still on its way is waited for,
-        # under a deadline that starts with the first wait.
-        chunk = stream.read_nowait()
-        if not chunk and not stream.at_eof():
-            if deadline is None:
-                deadline = asyncio.get_running_loop().time() + seconds
-                if expects_continue(request):
-                    await _send_continue(request)
-            try:
-                async with asyncio.timeout_at(deadline):
-                    chunk = await stream.readany()
-            except TimeoutError as exc:
-                raise errors.request_timeout() from exc
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > limit:
-            raise errors.payload_too_large()
-        if not chunks and stream.at_eof():
-            return chunk  # the whole body in one piece, as most posts come
-        chunks.append(chunk)
+    try:
+        while True:
+            # Most posts arrive whole with their headers: what is buffered is taken
+            # without arming a timer or reading the loop's clock (on Python 3.11 finding
+            # the running loop is a getpid system call); only a body still on its way is
+            # waited for, under a deadline that starts with the first wait, and the
+            # connection says since when it waits (a slow one may be closed for others).
+            chunk = stream.read_nowait()
+            if not chunk and not stream.at_eof():
+                if deadline is None:
+                    deadline = asyncio.get_running_loop().time() + seconds
+                    awaiting_body(request, time.monotonic())
+                    if expects_continue(request):
+                        await _send_continue(request)
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        chunk = await stream.readany()
+                except TimeoutError as exc:
+                    raise errors.request_timeout() from exc
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > limit:
+                raise errors.payload_too_large()
+            if not chunks and stream.at_eof():
+                return chunk  # the whole body in one piece, as most posts come
+            chunks.append(chunk)
+    finally:
+        if deadline is not None:
+            awaiting_body(request, None)
 
 
 def expects_continue(request: web.BaseRequest) -> bool:

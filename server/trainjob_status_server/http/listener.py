@@ -208,6 +208,10 @@ class _Seat:
     def stalled_since(self) -> float | None:
         return self.stall.stalled_since
 
+    @property
+    def waiting_since(self) -> float | None:
+        return self.handler.waiting_since
+
     def evict(self) -> None:
         self.transport.abort()  # type: ignore[attr-defined]
 

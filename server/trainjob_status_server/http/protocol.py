@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -205,14 +206,20 @@ class StatusRequestHandler(RequestHandlerBase):
         self._head_timeout = head_timeout
         self._head_timer: asyncio.TimerHandle | None = None
         self._closed_by_deadline = closed
+        # Since when (time.monotonic) the request's body has been awaited from the client,
+        # and since when a later request's head has been coming in.
+        self.body_awaited_since: float | None = None
+        self.head_pending_since: float | None = None
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         if self.head.pending and self._head_timer is None and self._head_timeout is not None:
             self._head_timer = self.event_loop.call_later(self._head_timeout, self._head_expired)
+            self.head_pending_since = time.monotonic()
         elif not self.head.pending and self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+            self.head_pending_since = None
 
     def resume_reading(self, resume_parser: bool = True) -> None:
         # aiohttp's body reader calls this after every read it takes from a request's
@@ -224,6 +231,7 @@ class StatusRequestHandler(RequestHandlerBase):
 
     def _head_expired(self) -> None:
         self._head_timer = None
+        self.head_pending_since = None
         if self.head.pending and self.transport is not None:
             self._closed_by_deadline(HEAD_TIMEOUT)
             self.force_close()
@@ -236,6 +244,15 @@ class StatusRequestHandler(RequestHandlerBase):
         # aiohttp drops its parser here so that the connection is freed by reference
         # counting, not left to the cycle collector: so does the budget around it.
         self.head.detach()
+
+    @property
+    def waiting_since(self) -> float | None:
+        """Since when (``time.monotonic``) it has been waiting for its client's bytes of
+        a request: the body a handler awaits, or a later request's head coming in."""
+        body, head = self.body_awaited_since, self.head_pending_since
+        if body is None or head is None:
+            return head if body is None else body
+        return min(body, head)
 
     @property
     def idle(self) -> bool:
@@ -269,3 +286,12 @@ class StatusRequestHandler(RequestHandlerBase):
         response = answer.response()
         response.force_close()
         return response
+
+
+def awaiting_body(request: web.BaseRequest, since: float | None) -> None:
+    """Tell ``request``'s connection since when (``time.monotonic``) its handler has been
+    waiting for the body from the client, None once it has it: ``Slots`` may close a
+    connection whose body is slow in coming."""
+    handler = request.protocol
+    if isinstance(handler, StatusRequestHandler):
+        handler.body_awaited_since = since

@@ -1,25 +1,30 @@
 """Who may hold a connection slot of a listener: at most ``max_total`` connections, at
 most ``max_per_address`` from one source address.
 
-When a new connection finds no free slot, one already open is closed to make room, in
-this order:
+When a new connection finds no free slot, one already open is closed to make room: one
+that does not move, of the address holding the most slots (at the per-address cap, of
+the newcomer's own address; between addresses holding as many, the one whose candidate
+has waited longest), and only of an address that still holds at least as many as the
+newcomer's with it: slots move from addresses holding more to those holding fewer,
+never between addresses holding about as many, so members of a crowd cannot close each
+other (or a newcomer) as fast as they reconnect. Of an address, in this order:
 
-1. a *fresh* connection, one whose first request's headers are not all in yet
-   (connected and silent, through its TLS handshake and silent, or dripping its head):
-   at the per-address cap the oldest of that address; at the total cap the oldest of the
-   address holding the most fresh connections (the oldest of all between equals). A
-   crowd of strangers that never send a request therefore only ever evicts itself: a
-   client that connects and sends at once is the newest of an address holding one, and
-   its request is in before the crowd reaches it;
-2. else a connection idle between two requests of a keep-alive connection, the oldest
-   (of that address at the per-address cap): it loses nothing, its client reopens one
-   when it next sends;
-3. else a *stalled* connection, one whose answer waits unsent because its client reads
-   nothing (its writes paused), the one stalled longest (of that address at the
-   per-address cap): it would be closed at its write timeout anyway, and meanwhile holds
-   a slot a reading client needs;
-4. else none: a connection whose request is in progress and moving is never closed for
-   a newcomer, which is refused instead.
+1. a connection idle between two requests of a keep-alive connection, the oldest: it
+   loses nothing, its client reopens one when it next sends;
+2. a *stalled* one, whose answer waits unsent because its client reads nothing (its
+   writes paused), the one stalled longest: it would be closed at its write timeout;
+3. a *slow* one, that has been waiting for its client's bytes of a request (its body,
+   or a later request's head) for ``slow_body`` seconds or more (a body dripped a byte
+   at a time), the one waiting longest;
+4. a *fresh* one, whose first request's headers are not all in yet (connected and
+   silent, through its TLS handshake and silent, or dripping its head), the oldest.
+
+A connection whose request is in progress and moving is never closed for a newcomer,
+which is refused when nothing else can go. Choosing by address first is what keeps a
+crowd from closing a newcomer: a client that connects and sends at once holds one slot
+of its address, while the crowd's addresses hold several. (A crowd of one connection
+from each of more addresses than there are slots is bounded by the first-request
+deadline instead.)
 """
 
 from __future__ import annotations
@@ -36,9 +41,16 @@ PER_ADDRESS = "max_connections_per_ip"
 TOTAL = "max_connections"
 
 # Why an open connection was closed to make room (the closed-connections metric's reason).
-FRESH_EVICTED = "fresh_evicted"
 IDLE_EVICTED = "idle_evicted"
 STALLED_EVICTED = "stalled_evicted"
+SLOW_EVICTED = "slow_body_evicted"
+FRESH_EVICTED = "fresh_evicted"
+_ORDER = (IDLE_EVICTED, STALLED_EVICTED, SLOW_EVICTED, FRESH_EVICTED)
+
+SLOW_BODY = 1.0
+"""Seconds a request's body (or a later request's head) may be awaited before its
+connection counts as slow: a status post or an admission review comes whole, with its
+head, in one or two reads."""
 
 
 class Occupant(Protocol):
@@ -53,13 +65,20 @@ class Occupant(Protocol):
         while they are not."""
         ...
 
+    @property
+    def waiting_since(self) -> float | None:
+        """Since when it has been waiting for its client's bytes of a request in
+        progress (a body, or a later request's head); None while it is not."""
+        ...
+
     def evict(self) -> None:
         """Close the connection now."""
 
 
 class Slots:
     """The slots of one listener (pure bookkeeping: closing is the occupant's own
-    ``evict``). ``started`` tells it an occupant's first request's headers are in."""
+    ``evict``). ``started`` tells it an occupant's first request's headers are in.
+    ``clock`` is the one the occupants' ``since`` times come from."""
 
     def __init__(
         self,
@@ -68,100 +87,115 @@ class Slots:
         *,
         refused: Callable[[str, str], None] = lambda _reason, _address: None,
         evicted: Callable[[str], None] = lambda _reason: None,
+        slow_body: float = SLOW_BODY,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_total = max_total
         self.max_per_address = max_per_address
+        self.slow_body = slow_body
         self._refused = refused
         self._evicted = evicted
-        self._open: dict[Occupant, str] = {}  # insertion order: oldest first
-        self._per_address: Counter[str] = Counter()
-        # Fresh occupants by address, each with its admission number (oldest first).
-        self._fresh: dict[str, dict[Occupant, int]] = {}
+        self._clock = clock
+        # Occupants by address, each with its admission number (insertion: oldest first).
+        self._by_address: dict[str, dict[Occupant, int]] = {}
+        self._address: dict[Occupant, str] = {}
+        self._fresh: set[Occupant] = set()
         self._admitted = 0
 
     def __len__(self) -> int:
-        return len(self._open)
+        return len(self._address)
 
     def count(self, address: str) -> int:
-        return self._per_address[address]
+        return len(self._by_address.get(address, ()))
 
     def fresh(self, address: str) -> int:
         """Connections from ``address`` whose first request's headers are not in."""
-        return len(self._fresh.get(address, ()))
+        return sum(1 for o in self._by_address.get(address, ()) if o in self._fresh)
 
     def admit(self, occupant: Occupant, address: str) -> str | None:
         """Takes a slot for ``occupant`` (fresh); the reason it may not have one otherwise."""
-        if self._per_address[address] >= self.max_per_address and not self._make_room(address):
+        if self.count(address) >= self.max_per_address and not self._make_room(address):
             self._refused(PER_ADDRESS, address)
             return PER_ADDRESS
-        if len(self._open) >= self.max_total and not self._make_room(None):
+        if len(self._address) >= self.max_total and not self._make_room(None, address):
             self._refused(TOTAL, address)
             return TOTAL
-        self._open[occupant] = address
-        self._per_address[address] += 1
         self._admitted += 1
-        self._fresh.setdefault(address, {})[occupant] = self._admitted
+        self._by_address.setdefault(address, {})[occupant] = self._admitted
+        self._address[occupant] = address
+        self._fresh.add(occupant)
         return None
 
     def started(self, occupant: Occupant) -> None:
         """``occupant``'s first request's headers are in: it is no longer fresh."""
-        address = self._open.get(occupant)
-        if address is not None:
-            self._forget_fresh(occupant, address)
+        self._fresh.discard(occupant)
 
     def release(self, occupant: Occupant) -> None:
         """Frees ``occupant``'s slot, if it holds one."""
-        address = self._open.pop(occupant, None)
-        if address is not None:
-            self._forget_fresh(occupant, address)
-            self._per_address[address] -= 1
-            if not self._per_address[address]:
-                del self._per_address[address]
+        address = self._address.pop(occupant, None)
+        if address is None:
+            return
+        self._fresh.discard(occupant)
+        held = self._by_address[address]
+        del held[occupant]
+        if not held:
+            del self._by_address[address]
 
-    def _forget_fresh(self, occupant: Occupant, address: str) -> None:
-        held = self._fresh.get(address)
-        if held is not None and held.pop(occupant, None) is not None and not held:
-            del self._fresh[address]
-
-    def _make_room(self, address: str | None) -> bool:
-        """Closes one connection (of ``address`` if given) by the rules above."""
-        victim = self._fresh_victim(address)
-        reason = FRESH_EVICTED
-        if victim is None:
-            victim, reason = self._idle_victim(address), IDLE_EVICTED
-        if victim is None:
-            victim, reason = self._stalled_victim(address), STALLED_EVICTED
-        if victim is None:
+    def _make_room(self, address: str | None, newcomer: str = "") -> bool:
+        """Closes one connection (of ``address`` if given, else for a newcomer from
+        ``newcomer``) by the rules above."""
+        found = self._victim(address, self.count(newcomer) + 2)
+        if found is None:
             return False
+        victim, reason = found
         self.release(victim)
         victim.evict()
         self._evicted(reason)
         return True
 
-    def _fresh_victim(self, address: str | None) -> Occupant | None:
+    def _victim(self, address: str | None, at_least: int) -> tuple[Occupant, str] | None:
+        now = self._clock()
         if address is not None:
-            held = self._fresh.get(address)
-        elif self._fresh:
-            # The address holding the most; between equals, the oldest connection.
-            held = max(self._fresh.values(), key=lambda h: (len(h), -next(iter(h.values()))))
-        else:
-            held = None
-        return next(iter(held)) if held else None
-
-    def _idle_victim(self, address: str | None) -> Occupant | None:
-        for occupant, source in self._open.items():
-            if (address is None or source == address) and occupant.idle:
-                return occupant
+            return self._candidate(address, now)
+        # The addresses holding the most first; among as many, the longest waiting; none
+        # holding fewer than ``at_least``.
+        by_count: dict[int, list[str]] = {}
+        for source, held in self._by_address.items():
+            if len(held) >= at_least:
+                by_count.setdefault(len(held), []).append(source)
+        for count in sorted(by_count, reverse=True):
+            found = [c for c in (self._candidate(a, now) for a in by_count[count]) if c]
+            if found:
+                return min(found, key=lambda c: (_ORDER.index(c[1]), self._age_key(c)))
         return None
 
-    def _stalled_victim(self, address: str | None) -> Occupant | None:
-        stalled = [
-            (since, occupant)
-            for occupant, source in self._open.items()
-            if (address is None or source == address)
-            and (since := occupant.stalled_since) is not None
-        ]
-        return min(stalled, key=lambda pair: pair[0])[1] if stalled else None
+    def _age_key(self, candidate: tuple[Occupant, str]) -> float:
+        occupant, reason = candidate
+        if reason == STALLED_EVICTED:
+            return occupant.stalled_since or 0.0
+        if reason == SLOW_EVICTED:
+            return occupant.waiting_since or 0.0
+        address = self._address[occupant]
+        return float(self._by_address[address][occupant])
+
+    def _candidate(self, address: str, now: float) -> tuple[Occupant, str] | None:
+        """``address``'s connection to close first, and why; None if every one moves."""
+        best: tuple[int, float, Occupant] | None = None
+        for occupant, number in self._by_address.get(address, {}).items():
+            rank: tuple[int, float] | None = None
+            if occupant in self._fresh:
+                rank = (3, number)
+            elif occupant.idle:
+                rank = (0, number)
+            elif (stalled := occupant.stalled_since) is not None:
+                rank = (1, stalled)
+            elif (
+                awaited := occupant.waiting_since
+            ) is not None and now - awaited >= self.slow_body:
+                rank = (2, awaited)
+            if rank is not None and (best is None or rank < best[:2]):
+                best = (*rank, occupant)
+        return None if best is None else (best[2], _ORDER[best[0]])
 
 
 class RefusalLog:
