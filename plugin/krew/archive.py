@@ -46,7 +46,8 @@ def archive_name() -> str:
 def entries() -> list[tuple[str, bytes, int]]:
     """(name, content, mode) of each file, in the order they are written."""
     launcher = LAUNCHER.read_bytes().replace(b"@VERSION@", version().encode())
-    return sorted([("kubectl-trainjob", launcher, 0o755)])
+    license_text = (HERE.parent / "LICENSE").read_bytes()
+    return sorted([("kubectl-trainjob", launcher, 0o755), ("LICENSE", license_text, 0o644)])
 
 
 def archive_bytes() -> bytes:

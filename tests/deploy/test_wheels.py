@@ -56,6 +56,13 @@ def wheels(built: dict[str, Path]) -> dict[str, Wheel]:
     return {name: read_wheel(path) for name, path in built.items()}
 
 
+def test_every_wheel_ships_the_license(wheels: dict[str, Wheel]) -> None:
+    text = (ROOT / "LICENSE").read_bytes()
+    for name, wheel in wheels.items():
+        assert wheel.license_expression == "Apache-2.0", name
+        assert wheel.license_files == {"LICENSE": text}, name
+
+
 def test_the_client_wheel_is_the_client_alone(wheels: dict[str, Wheel]) -> None:
     client = wheels["trainjob_status"]
     assert client.top_level == {"trainjob_status"}

@@ -21,6 +21,8 @@ class Wheel:
     requires: list[str]  # Requires-Dist, as written
     requires_python: str
     scripts: dict[str, str]  # console scripts: name -> entry point
+    license_expression: str | None
+    license_files: dict[str, bytes]  # License-File name -> its bytes in .dist-info/licenses
 
     @property
     def top_level(self) -> set[str]:
@@ -40,12 +42,18 @@ def read_wheel(path: Path) -> Wheel:
         points = configparser.ConfigParser()
         if f"{info}/entry_points.txt" in names:
             points.read_string(archive.read(f"{info}/entry_points.txt").decode())
+        license_files = {
+            name: archive.read(f"{info}/licenses/{name}")
+            for name in metadata.get_all("License-File") or []
+        }
     scripts = dict(points["console_scripts"]) if points.has_section("console_scripts") else {}
     return Wheel(
         names=[n for n in names if not n.startswith(info)],
         requires=metadata.get_all("Requires-Dist") or [],
         requires_python=metadata["Requires-Python"],
         scripts=scripts,
+        license_expression=metadata["License-Expression"],
+        license_files=license_files,
     )
 
 

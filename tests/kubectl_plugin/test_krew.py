@@ -94,7 +94,11 @@ def test_the_archive_is_the_same_bytes_each_build(archive: Path, tmp_path: Path)
     assert again.read_bytes() == archive.read_bytes()
     with tarfile.open(archive) as tar:
         members = tar.getmembers()
-    assert [m.name for m in members] == sorted(m.name for m in members) == ["kubectl-trainjob"]
+    assert (
+        [m.name for m in members]
+        == sorted(m.name for m in members)
+        == ["LICENSE", "kubectl-trainjob"]
+    )
     assert {(m.mtime, m.uid, m.gid, m.uname, m.gname) for m in members} == {
         (946684800, 0, 0, "", "")
     }
@@ -105,7 +109,7 @@ def test_the_manifest_sha256_is_the_archive_built_here(archive: Path) -> None:
     assert hashlib.sha256(archive.read_bytes()).hexdigest() == platform["sha256"]
 
 
-def test_the_bin_the_manifest_names_is_an_executable_in_the_archive(archive: Path) -> None:
+def test_the_manifest_installs_the_launcher_and_the_license_from_the_archive(archive: Path) -> None:
     (platform,) = load(MANIFEST)["spec"]["platforms"]
     with tarfile.open(archive) as tar:
         files = {m.name: m for m in tar.getmembers() if m.isfile()}
@@ -116,8 +120,15 @@ def test_the_bin_the_manifest_names_is_an_executable_in_the_archive(archive: Pat
         for name in files
         if PurePosixPath(name).match(op["from"])
     }
-    assert installed == {platform["bin"]} == {"kubectl-trainjob"}
+    assert installed == {platform["bin"], "LICENSE"} == {"kubectl-trainjob", "LICENSE"}
     assert files["kubectl-trainjob"].mode == 0o755
+
+
+def test_the_archive_carries_the_license(archive: Path) -> None:
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("LICENSE")
+        assert member is not None
+        assert member.read() == (ROOT / "LICENSE").read_bytes()
 
 
 def test_the_release_manifest_names_the_repository_and_the_same_sha256(tmp_path: Path) -> None:
