@@ -106,6 +106,15 @@ def test_lint(values_file: Path | None) -> None:
     assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
 
 
+def test_a_single_replica_can_still_be_drained() -> None:
+    docs = template({"replicas": 1}, namespace=TARGETS["base"])
+    assert one(docs, "Deployment")["spec"]["replicas"] == 1
+    assert one(docs, "PodDisruptionBudget")["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": {"app.kubernetes.io/name": "trainjob-status"}},
+    }
+
+
 def test_values_the_overlays_leave_to_patches() -> None:
     """Replicas, resources, pull policy, the scrapers' namespace and Prometheus's
     selector labels, which an overlay would change with patches of its own."""
