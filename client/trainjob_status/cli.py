@@ -5,7 +5,9 @@
 Sends one update and waits for it (at most ``--timeout`` seconds). Like the library it
 never fails the training script for the status: the exit code is 0 when not in a
 TrainJob or when the update could not be delivered (a line on stderr says so), unless
-``--strict`` makes both exit 1. Wrong arguments exit 2. On a terminal a delivered update
+``--strict`` makes both exit 1. Wrong arguments exit 2 with a usage line, and nothing is
+sent: a progress that is not a whole number from 0 to 100, a negative ETA, a metric
+without a name or a value or over the CRD's 64 characters. On a terminal a delivered update
 is echoed (what was sent, and where); in a script, or with ``-q``, success is silent.
 """
 
@@ -19,7 +21,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import __version__
-from .contract import CA_CERT_ENV, TOKEN_ENV, URL_ENV
+from .contract import (
+    CA_CERT_ENV,
+    INT32_MAX,
+    MAX_METRIC_CHARS,
+    MAX_PROGRESS_PERCENT,
+    TOKEN_ENV,
+    URL_ENV,
+)
 from .payload import fit
 from .reporter import StatusReporter, observe
 
@@ -29,9 +38,36 @@ EXIT_NOT_DELIVERED = 1
 
 def _metric(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
-    if not sep or not name:
+    if not sep or not name or not value:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    for part, what in ((name, "name"), (value, "value")):
+        if len(part) > MAX_METRIC_CHARS:
+            raise argparse.ArgumentTypeError(
+                f"a metric's {what} has at most {MAX_METRIC_CHARS} characters, got {len(part)}"
+            )
     return name, value
+
+
+def _progress(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_PROGRESS_PERCENT:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from 0 to {MAX_PROGRESS_PERCENT}, got {text!r}"
+        )
+    return value
+
+
+def _eta(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= INT32_MAX:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,8 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Send one status update (the whole trainerStatus: options left out are "
         "left out of the TrainJob's status) and wait until it is delivered.",
     )
-    report.add_argument("--progress", type=float, help="percent done, 0..100")
-    report.add_argument("--eta", type=float, help="estimated remaining seconds")
+    report.add_argument(
+        "--progress", type=_progress, help="percent done, a whole number from 0 to 100"
+    )
+    report.add_argument("--eta", type=_eta, help="estimated remaining seconds, >= 0")
     report.add_argument(
         "--metric",
         type=_metric,

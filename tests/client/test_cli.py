@@ -70,11 +70,49 @@ def test_a_stalled_server_is_bounded_by_timeout(sink: Sink) -> None:
         )
 
 
-@pytest.mark.parametrize("bad", [["--metric", "novalue"], ["--metric", "=1"], ["--progress", "x"]])
-def test_wrong_arguments_exit_2(bad: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (["--metric", "novalue"], "argument --metric: expected NAME=VALUE, got 'novalue'"),
+        (["--metric", "=1"], "argument --metric: expected NAME=VALUE, got '=1'"),
+        (["--metric", "loss="], "argument --metric: expected NAME=VALUE, got 'loss='"),
+        (
+            ["--metric", "n" * 65 + "=1"],
+            "argument --metric: a metric's name has at most 64 characters, got 65",
+        ),
+        (
+            ["--metric", "loss=" + "9" * 65],
+            "argument --metric: a metric's value has at most 64 characters, got 65",
+        ),
+        (
+            ["--progress", "x"],
+            "argument --progress: expected a whole number from 0 to 100, got 'x'",
+        ),
+        (
+            ["--progress", "150"],
+            "argument --progress: expected a whole number from 0 to 100, got '150'",
+        ),
+        (
+            ["--progress", "42.5"],
+            "argument --progress: expected a whole number from 0 to 100, got '42.5'",
+        ),
+        (
+            ["--progress", "-1"],
+            "argument --progress: expected a whole number from 0 to 100, got '-1'",
+        ),
+        (["--eta", "-5"], "argument --eta: expected seconds >= 0, got '-5'"),
+    ],
+)
+def test_wrong_arguments_exit_2_with_usage_and_send_nothing(
+    bad: list[str], error: str, sink: Sink, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exited:
-        main(["report", *bad])
+        main(["report", *bad, *to_sink(sink)])
     assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: trainjob-status report ")
+    assert err.rstrip().endswith(f"trainjob-status report: error: {error}")
+    assert sink.requests == []
 
 
 def test_runs_as_a_module(sink: Sink) -> None:
@@ -125,10 +163,10 @@ def on_a_terminal(sink: Sink, *args: str) -> tuple[int, str, str]:
 
 def test_on_a_terminal_report_says_what_it_sent(sink: Sink) -> None:
     code, out, err = on_a_terminal(
-        sink, "--progress", "40.7", "--eta", "300", "--step", "7", "--metric", "loss=0.31"
+        sink, "--progress", "40", "--eta", "300.4", "--step", "7", "--metric", "loss=0.31"
     )
     assert (code, err) == (0, "")
-    # What was sent, as fitted: the progress floored, step first among the metrics.
+    # What was sent, as fitted: the ETA rounded down, step first among the metrics.
     assert (
         out
         == f"trainjob-status: sent progress 40%, ETA 300 s, metrics step=7 loss=0.31 to {sink.url()}\n"
