@@ -62,13 +62,27 @@ def main(argv: Sequence[str] | None = None) -> None:
 def with_kubeconfig_from_environment(
     settings: config.Config, environ: Mapping[str, str]
 ) -> config.Config:
-    """``--kubeconfig`` (or TRAINJOB_STATUS_KUBECONFIG), else ``$KUBECONFIG`` as kubectl
-    reads it (files joined with ":" are merged), else the in-cluster configuration: the
-    order controller-runtime's managers use, so a shell that works with kubectl works with
-    ``serve``. A pod sets no KUBECONFIG, so the deployed server is not affected."""
-    if settings.kubeconfig is not None or not environ.get(KUBECONFIG_ENV):
+    """The Kubernetes configuration in the order controller-runtime's managers (and
+    kubectl, in-cluster aside) look for it: ``--kubeconfig`` (or
+    TRAINJOB_STATUS_KUBECONFIG), else ``$KUBECONFIG`` (files joined with ":" are merged),
+    else the in-cluster configuration inside a pod, else ``~/.kube/config`` where it
+    exists. A shell that works with kubectl works with ``serve``; a pod sets no
+    KUBECONFIG and has no such file, so the deployed server is not affected."""
+    if settings.kubeconfig is not None:
         return settings
-    return dataclasses.replace(settings, kubeconfig=Path(environ[KUBECONFIG_ENV]))
+    if environ.get(KUBECONFIG_ENV):
+        return dataclasses.replace(settings, kubeconfig=Path(environ[KUBECONFIG_ENV]))
+    home = _home_kubeconfig(environ)
+    if not environ.get(IN_CLUSTER_ENV) and home is not None:
+        return dataclasses.replace(settings, kubeconfig=home)
+    return settings
+
+
+def _home_kubeconfig(environ: Mapping[str, str]) -> Path | None:
+    """``$HOME/.kube/config``, where it is a file."""
+    home = environ.get("HOME")
+    path = Path(home) / ".kube" / "config" if home else None
+    return path if path is not None and path.is_file() else None
 
 
 def startup_problems(settings: config.Config, environ: Mapping[str, str]) -> list[str]:
@@ -79,11 +93,13 @@ def startup_problems(settings: config.Config, environ: Mapping[str, str]) -> lis
     kubeconfig, source = settings.kubeconfig, "--kubeconfig"
     if kubeconfig is None and environ.get(KUBECONFIG_ENV):
         kubeconfig, source = Path(environ[KUBECONFIG_ENV]), KUBECONFIG_ENV
+    if kubeconfig is None and not environ.get(IN_CLUSTER_ENV):
+        kubeconfig, source = _home_kubeconfig(environ), "~/.kube/config"
     if kubeconfig is None:
         if not environ.get(IN_CLUSTER_ENV):
             problems.append(
-                f"not running in a cluster ({IN_CLUSTER_ENV} is unset): give --kubeconfig "
-                f"(or TRAINJOB_STATUS_KUBECONFIG, or set {KUBECONFIG_ENV})"
+                f"not running in a cluster ({IN_CLUSTER_ENV} is unset) and no ~/.kube/config:"
+                f" give --kubeconfig (or TRAINJOB_STATUS_KUBECONFIG, or set {KUBECONFIG_ENV})"
             )
     elif not any(Path(p).is_file() for p in str(kubeconfig).split(os.pathsep) if p):
         problems.append(f"{source} {kubeconfig}: no such file")

@@ -238,7 +238,7 @@ _FLAGS = (
         "kubeconfig",
         _path,
         "kubeconfig file; when absent $KUBECONFIG (as kubectl reads it), else the in-cluster"
-        " configuration",
+        " configuration inside a pod, else ~/.kube/config",
     ),
     _Flag("issuer", str, "service-account token issuer; discovered when absent"),
     _Flag(

@@ -85,8 +85,8 @@ def test_no_kubeconfig_outside_a_cluster(certs: ServingCerts) -> None:
         serve(f"--tls-cert-file={certs.cert_file}", f"--tls-key-file={certs.key_file}", *QUIET)
     )
     assert line == (
-        f"{PROG} serve: not running in a cluster (KUBERNETES_SERVICE_HOST is unset): "
-        "give --kubeconfig (or TRAINJOB_STATUS_KUBECONFIG, or set KUBECONFIG)"
+        f"{PROG} serve: not running in a cluster (KUBERNETES_SERVICE_HOST is unset) and no "
+        "~/.kube/config: give --kubeconfig (or TRAINJOB_STATUS_KUBECONFIG, or set KUBECONFIG)"
     )
 
 
@@ -132,7 +132,9 @@ def test_serve_reads_the_kubeconfig_variable(certs: ServingCerts, tmp_path: Path
     assert line.startswith(f"{PROG} serve: cannot load Kubernetes configuration ({broken}): ")
 
 
-def test_kubeconfig_comes_from_the_flag_then_kubeconfig_then_the_cluster(tmp_path: Path) -> None:
+def test_kubeconfig_comes_from_the_flag_then_kubeconfig_then_the_cluster_then_home(
+    tmp_path: Path,
+) -> None:
     flag, variable = tmp_path / "flag.kubeconfig", tmp_path / "variable.kubeconfig"
     parse = build_parser().parse_args
     given = from_args(parse(["serve", f"--kubeconfig={flag}"]), {})
@@ -144,6 +146,16 @@ def test_kubeconfig_comes_from_the_flag_then_kubeconfig_then_the_cluster(tmp_pat
     assert with_kubeconfig_from_environment(bare, environ).kubeconfig == variable
     assert with_kubeconfig_from_environment(bare, {"KUBECONFIG": ""}).kubeconfig is None
     assert with_kubeconfig_from_environment(bare, {}).kubeconfig is None
+    # Then, outside a pod, ~/.kube/config where it exists.
+    home = tmp_path / "home"
+    assert with_kubeconfig_from_environment(bare, {"HOME": str(home)}).kubeconfig is None
+    (home / ".kube").mkdir(parents=True)
+    (home / ".kube" / "config").write_text("apiVersion: v1\n")
+    at_home = {"HOME": str(home)}
+    assert with_kubeconfig_from_environment(bare, at_home).kubeconfig == home / ".kube/config"
+    assert with_kubeconfig_from_environment(bare, {**environ, **at_home}).kubeconfig == variable
+    in_a_pod = {**at_home, "KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+    assert with_kubeconfig_from_environment(bare, in_a_pod).kubeconfig is None
 
 
 def test_a_kubeconfig_that_does_not_load(certs: ServingCerts, tmp_path: Path) -> None:
@@ -158,6 +170,25 @@ def test_a_kubeconfig_that_does_not_load(certs: ServingCerts, tmp_path: Path) ->
         )
     )
     assert line.startswith(f"{PROG} serve: cannot load Kubernetes configuration ({broken}): ")
+
+
+def test_outside_a_cluster_serve_reads_the_home_kubeconfig(
+    certs: ServingCerts, tmp_path: Path
+) -> None:
+    """With no flag and no KUBECONFIG, ~/.kube/config is what serve loads (this one is
+    broken, so the refusal names it)."""
+    config_file = tmp_path / ".kube" / "config"
+    config_file.parent.mkdir()
+    config_file.write_text("clusters: [\n")
+    line = refused(
+        serve(
+            f"--tls-cert-file={certs.cert_file}",
+            f"--tls-key-file={certs.key_file}",
+            *QUIET,
+            env={"HOME": str(tmp_path)},
+        )
+    )
+    assert line.startswith(f"{PROG} serve: cannot load Kubernetes configuration ({config_file}): ")
 
 
 @pytest.mark.parametrize(
