@@ -34,8 +34,9 @@ $(STAMP): $(SERVER_STAMP) pyproject.toml
 	$(BIN)/pip install --quiet --group test
 	touch $(STAMP)
 
+# ARGS go to the demo: `make demo ARGS=--keep` keeps it running until Ctrl-C.
 demo: $(SERVER_STAMP)
-	$(BIN)/trainjob-devcluster demo
+	$(BIN)/trainjob-devcluster demo $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

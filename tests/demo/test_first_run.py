@@ -10,6 +10,7 @@ import re
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,23 @@ def test_make_demo_installs_the_four_packages_only(tmp_path: Path) -> None:
     assert "--group" not in done.stdout
 
 
+def test_make_demo_passes_args_to_the_demo(tmp_path: Path) -> None:
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    done = subprocess.run(
+        [make, "-n", "demo", f"VENV={tmp_path / 'venv'}", "ARGS=--keep"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    assert (
+        done.stdout.splitlines()[-1] == f"{tmp_path / 'venv'}/bin/trainjob-devcluster demo --keep"
+    )
+
+
 def test_the_demo_prints_what_a_shell_needs_on_single_lines(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINJOB_STATUS_")}
     env.update(COLUMNS="40", TERM="dumb")
@@ -102,8 +120,11 @@ def test_the_demo_prints_what_a_shell_needs_on_single_lines(tmp_path: Path) -> N
     # All three say they need the demo running, or --keep.
     note = demo.lifetime_note(keep=False)
     assert " ".join(done.stderr.split()).count(note) == 3
-    # Given --workdir, the demo leaves it (and what is in it) to its owner.
+    # Given --workdir, the demo leaves it (and what is in it) to its owner; what holds a
+    # secret is for that owner alone.
     assert (tmp_path / "ca.crt").is_file()
+    for secret in ("tls.key", "token", "devcluster/kubeconfig"):
+        assert stat.S_IMODE((tmp_path / secret).stat().st_mode) == 0o600, secret
 
 
 def _value(lines: list[str], name: str) -> str:

@@ -40,6 +40,7 @@ from trainjob_status_server.config import Config
 from trainjob_status_server.kube.resources import TRAINJOBS
 
 from .cluster import DevCluster
+from .kubeconfig import write_private
 from .pki import CertificateAuthority
 
 NAMESPACE = "demo"
@@ -109,7 +110,10 @@ def lifetime_note(keep: bool) -> str:
     files live as long as the demo does."""
     if keep:
         return "(until you stop the demo with Ctrl-C)"
-    return "(only while the demo runs: add --keep to keep it running afterwards)"
+    return (
+        "(only while the demo runs: add --keep, or run `make demo ARGS=--keep`, to keep it"
+        " running afterwards)"
+    )
 
 
 def train(stop_at: float, url: str, token: Path, ca: Path, interval: float) -> None:
@@ -163,7 +167,7 @@ async def _run(options: DemoOptions, workdir: Path) -> int:
         ca = CertificateAuthority(common_name="trainjob-status demo CA")
         cert, key = ca.issue_server_cert(["localhost"], ["127.0.0.1"])
         (workdir / "tls.crt").write_bytes(cert)
-        (workdir / "tls.key").write_bytes(key)
+        write_private(workdir / "tls.key", key)
         (workdir / "ca.crt").write_bytes(ca.certificate.public_bytes(Encoding.PEM))
         config = Config(
             host="127.0.0.1",
@@ -182,7 +186,7 @@ async def _run(options: DemoOptions, workdir: Path) -> int:
             token = cluster.request_token(
                 NAMESPACE, "default", [audience(NAMESPACE, TRAINJOB)], pod=POD
             )
-            (workdir / "token").write_text(token)
+            write_private(workdir / "token", token.encode())
             console.print(
                 f"[bold]devcluster[/] {cluster.url}  kubeconfig {cluster.kubeconfig_path}"
             )
