@@ -210,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Kubeflow Trainer TrainJobs at a glance (a kubectl plugin).",
     )
     # Long form only: to a kubectl user -v is the log verbosity, a flag of kubectl's own.
-    parser.add_argument("--version", action="version", version=f"{USER_AGENT} {__version__}")
+    parser.add_argument("--version", action="version", version=version_line())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cmd = commands.add_parser(
         "progress",
@@ -226,12 +226,13 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     cmd.add_argument("names", nargs="*", metavar="NAME", help="only these TrainJobs")
-    scope = cmd.add_mutually_exclusive_group()
-    scope.add_argument(
-        "-n", "--namespace", help="namespace (default: the context's, else 'default')"
-    )
-    scope.add_argument(
-        "-A", "--all-namespaces", action="store_true", help="TrainJobs of every namespace"
+    cmd.add_argument("-n", "--namespace", help="namespace (default: the context's, else 'default')")
+    # As kubectl takes them: -A wins over -n.
+    cmd.add_argument(
+        "-A",
+        "--all-namespaces",
+        action="store_true",
+        help="TrainJobs of every namespace (-n is then ignored, as kubectl does)",
     )
     cmd.add_argument(
         "-w", "--watch", action="store_true", help="keep watching; redraw on every change"
@@ -272,7 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cmd.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG, ~/.kube/config)")
     cmd.add_argument("--context", help="kubeconfig context (default: the current context)")
+    commands.add_parser("version", help="print the plugin's version")
     return parser
+
+
+def version_line() -> str:
+    return f"{USER_AGENT} {__version__}"
 
 
 def _sort_key(value: str) -> str:
@@ -284,6 +290,9 @@ def _sort_key(value: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "version":
+        print(version_line())
+        return 0
     logging.basicConfig(level=logging.WARNING, format="kubectl-trainjob: %(message)s")
     args.kubeconfig_file = kubeconfig_file(args.kubeconfig, os.environ)
     missing = missing_kubeconfig(args.kubeconfig_file)

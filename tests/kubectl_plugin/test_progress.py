@@ -605,9 +605,14 @@ class TestThroughKubectl:
         assert json.loads(
             await kubectl.ok("trainjob", "progress", "-n", "empty", "-o", "json")
         ) == {"items": []}
-        both = await kubectl.run("trainjob", "progress", "-n", "x", "-A")
-        assert both.code == 2
-        assert "not allowed with argument" in both.err
+        # As kubectl takes them: -A wins over -n.
+        both = await kubectl.run("trainjob", "progress", "-n", "empty", "-A")
+        assert both.code == 0, both.err
+        assert both.out == await kubectl.ok("trainjob", "progress", "-A")
+        version = await kubectl.run("trainjob", "version")
+        assert (version.code, version.err) == (0, "")
+        assert version.out == (await kubectl.run("trainjob", "--version")).out
+        assert version.out.startswith("kubectl-trainjob ")
 
     async def test_hostile_cluster_strings_print_literally_and_without_controls(
         self, kubectl: Kubectl, kube: KubeClient, devcluster: DevCluster
