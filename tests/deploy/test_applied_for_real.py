@@ -306,3 +306,36 @@ def test_the_crds_define_every_custom_kind_rendered() -> None:
         ("monitoring.coreos.com/v1", "PrometheusRule"),
     }
     assert rendered <= served
+
+
+def readme_check_lines() -> list[str]:
+    """The README's lines, from its "Deploying" section, that check the quick-start
+    against a cluster before installing it (the namespace first, then the dry run)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("\n## Deploying\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line.split("#", 1)[0].strip() for line in section.splitlines()]
+    start = lines.index("kubectl create namespace trainjob-status")
+    check = lines[start : start + 2]
+    assert check[1] == "kubectl apply -k manifests/overlays/quick-start --dry-run=server"
+    return check
+
+
+def test_the_readmes_check_before_install_passes_on_a_fresh_cluster(kubectl: Kubectl) -> None:
+    """Run as written (cwd the repository, kubectl's own flags added), on a control plane
+    that has never held the quick-start."""
+    root = Path(__file__).resolve().parents[2]
+    before = kubectl.held()
+    for line in readme_check_lines():
+        command = line.split()
+        assert command[0] == "kubectl"
+        done = subprocess.run(
+            [kubectl.binary, "--kubeconfig", kubectl.kubeconfig, *command[1:]],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+            cwd=root,
+        )
+        assert done.returncode == 0, f"{line}: {done.stderr}"
+    # The dry run stored nothing: only the namespace the first line made is new.
+    assert set(kubectl.held()) - set(before) == {("Namespace", "", "trainjob-status")}
