@@ -106,6 +106,57 @@ def test_lint(values_file: Path | None) -> None:
     assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
 
 
+def test_the_values_a_platform_team_sets_reach_the_pods() -> None:
+    values: dict[str, Any] = {
+        "imagePullSecrets": [{"name": "registry"}],
+        "podLabels": {"team": "ml-platform"},
+        "podAnnotations": {"example.com/scrape": "false"},
+        "nodeSelector": {"node-role.example.com/system": "true"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "system"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "arch", "operator": "In", "values": ["amd64"]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "priorityClassName": "system-cluster-critical",
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 2,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "DoNotSchedule",
+            }
+        ],
+        "serviceAccount": {"annotations": {"iam.example.com/role": "trainjob-status"}},
+    }
+    docs = template(values, namespace=TARGETS["base"])
+    pod = one(docs, "Deployment")["spec"]["template"]
+    assert pod["metadata"]["labels"]["team"] == "ml-platform"
+    assert pod["metadata"]["annotations"] == values["podAnnotations"]
+    for field in ("imagePullSecrets", "nodeSelector", "tolerations", "affinity"):
+        assert pod["spec"][field] == values[field], field
+    assert pod["spec"]["priorityClassName"] == "system-cluster-critical"
+    assert pod["spec"]["topologySpreadConstraints"] == values["topologySpreadConstraints"]
+    account = one(docs, "ServiceAccount")
+    assert account["metadata"]["annotations"] == values["serviceAccount"]["annotations"]
+    # Pod labels stay off the selector.
+    selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert selector == {"app.kubernetes.io/name": "trainjob-status"}
+
+
+def test_by_default_the_replicas_spread_across_nodes_and_zones() -> None:
+    spread = one(template({}, namespace=TARGETS["base"]), "Deployment")["spec"]["template"]
+    keys = [c["topologyKey"] for c in spread["spec"]["topologySpreadConstraints"]]
+    assert keys == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+
+
 def test_a_single_replica_can_still_be_drained() -> None:
     docs = template({"replicas": 1}, namespace=TARGETS["base"])
     assert one(docs, "Deployment")["spec"]["replicas"] == 1
@@ -197,8 +248,21 @@ SCHEMA_ERROR = (
             ["apiPriority.nominalConcurrencyShares=0"],
             "- at '/apiPriority/nominalConcurrencyShares': minimum: got 0, want 1\n",
         ),
+        (
+            ["imagePullSecrets[0].secret=registry"],
+            "- at '/imagePullSecrets/0': missing property 'name'\n"
+            "- at '/imagePullSecrets/0': additional properties 'secret' not allowed\n",
+        ),
     ],
-    ids=["source", "unknown-key", "types", "scrape-token", "namespace", "api-priority-shares"],
+    ids=[
+        "source",
+        "unknown-key",
+        "types",
+        "scrape-token",
+        "namespace",
+        "api-priority-shares",
+        "pull-secret",
+    ],
 )
 def test_the_schema_refuses_bad_values(given: list[str], refusal: str) -> None:
     sets = [arg for value in given for arg in ("--set", value)]
