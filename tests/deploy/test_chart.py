@@ -4,6 +4,7 @@ overlays render, for every overlay and every combination of the components."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -354,3 +355,20 @@ def test_the_documented_helm_commands_work() -> None:
         docs = [d for d in yaml.safe_load_all(done.stdout) if d]
         image = "registry.example.com/ml/trainjob-status:0.2.0"
         assert_same_objects(render("kubeflow", image=image), docs)
+
+
+def value_paths(values: Any, prefix: str = "") -> list[str]:
+    """The dotted path of every leaf of values.yaml (an empty map or list is a leaf)."""
+    if isinstance(values, dict) and values:
+        return [p for k, v in values.items() for p in value_paths(v, f"{prefix}{k}.")]
+    return [prefix.removesuffix(".")]
+
+
+def test_the_charts_readme_documents_every_value() -> None:
+    """`helm show readme` is the chart's README: each value of values.yaml is in its table."""
+    readme = run_helm("show", "readme", str(CHART))
+    assert readme.returncode == 0, readme.stderr
+    rows = [line for line in readme.stdout.splitlines() if line.startswith("| `")]
+    documented = {name for row in rows for name in re.findall(r"`([^`]+)`", row.split("|")[1])}
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert sorted(set(value_paths(values)) - documented) == []

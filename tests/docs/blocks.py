@@ -29,7 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# README.md, the four distributions' READMEs, docs/*.md and manifests/**/README.md.
+# README.md, the four distributions' READMEs, docs/*.md, manifests/**/README.md and the
+# chart's README.
 DOCUMENT_GLOBS = (
     "README.md",
     "client/README.md",
@@ -38,6 +39,7 @@ DOCUMENT_GLOBS = (
     "devcluster/README.md",
     "docs/*.md",
     "manifests/**/README.md",
+    "charts/*/README.md",
 )
 
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
