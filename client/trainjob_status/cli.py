@@ -75,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trainjob-status", description="Report a Kubeflow TrainJob's training status."
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    # Not required here: main() says what is wrong, an unknown option before a missing
+    # command (argparse would only say that a command is required).
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     report = commands.add_parser(
         "report",
         help="send one status update",
@@ -118,7 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command is None:
+        parser.error("a command is required: report")
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="trainjob-status: %(message)s")
     reporter = StatusReporter(

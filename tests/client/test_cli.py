@@ -115,6 +115,25 @@ def test_wrong_arguments_exit_2_with_usage_and_send_nothing(
     assert sink.requests == []
 
 
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        ([], "a command is required: report"),
+        (["report", "--progress", "5", "--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_a_wrong_command_line_says_what_is_wrong_under_its_usage(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: trainjob-status ")
+    assert err.endswith(f"trainjob-status: error: {error}\n")
+
+
 def test_runs_as_a_module(sink: Sink) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES}
     env.update(sink.environ())
