@@ -331,8 +331,9 @@ class StatusServer:
         drained = asyncio.ensure_future(self.writer.stop(self.config.drain_timeout))
         try:
             if self._serving is not None:
-                # Load balancers still send new connections for a moment: answered 503.
-                await asyncio.sleep(self.config.shutdown_delay)
+                if self._site is not None:
+                    # Load balancers still send new connections for a moment: 503.
+                    await asyncio.sleep(self.config.shutdown_delay)
                 # Stops accepting, then waits for in-flight requests up to shutdown_timeout.
                 await self._serving.cleanup()
         finally:

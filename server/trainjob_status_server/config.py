@@ -286,16 +286,17 @@ _FLAGS = (
         "first_request_timeout",
         float,
         "seconds a new connection has for its TLS handshake, then as long for its first"
-        " request's headers (closed otherwise); until they are in, it is the first to be"
-        " closed when a newcomer finds no free slot",
+        " request's headers (closed otherwise); until they are in, it may be closed when a"
+        " newcomer finds no free slot",
     ),
     _Flag("idle_timeout", float, "seconds an idle keep-alive connection stays open"),
     _Flag(
         "max_connections",
         int,
-        "open client connections at most; when all are taken one that has not sent its first"
-        " request's headers (of the address holding the most), else the oldest idle keep-alive"
-        " one, is closed to make room; a new one is closed on arrival if none is",
+        "open client connections at most; when all are taken, one that does not move (idle,"
+        " not reading its answer, a second waiting for its body, or silent since it opened)"
+        " of the address holding the most is closed to make room; a new one is closed on"
+        " arrival if none is",
     ),
     _Flag(
         "max_connections_per_ip",
