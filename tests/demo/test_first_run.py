@@ -72,13 +72,17 @@ def test_make_demo_passes_args_to_the_demo(tmp_path: Path) -> None:
     make = shutil.which("make")
     if make is None:
         pytest.skip("make is not installed")
+    # Run as a top-level make would: a suite started by `make test` must not
+    # make this one print "Entering/Leaving directory" around its commands.
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
     done = subprocess.run(
-        [make, "-n", "demo", f"VENV={tmp_path / 'venv'}", "ARGS=--keep"],
+        [make, "--no-print-directory", "-n", "demo", f"VENV={tmp_path / 'venv'}", "ARGS=--keep"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
         timeout=30,
+        env=env,
     )
     assert (
         done.stdout.splitlines()[-1] == f"{tmp_path / 'venv'}/bin/trainjob-devcluster demo --keep"
