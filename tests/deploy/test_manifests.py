@@ -125,7 +125,14 @@ class Variant:
 
 
 VARIANTS = [Variant(overlay, subset) for overlay in OVERLAYS for subset in combinations()]
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 
 
 @pytest.fixture(params=VARIANTS, ids=str)
