@@ -65,13 +65,17 @@ def combinations() -> list[tuple[str, ...]]:
     return found
 
 
-def _kustomize(path: Path) -> tuple[Doc, ...]:
+def _kustomize_text(path: Path) -> str:
     kubectl = require_binary("kubectl")
     done = subprocess.run(
         [kubectl, "kustomize", str(path)], capture_output=True, text=True, check=False, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    return tuple(d for d in yaml.safe_load_all(done.stdout) if d)
+    return done.stdout
+
+
+def _kustomize(path: Path) -> tuple[Doc, ...]:
+    return tuple(d for d in yaml.safe_load_all(_kustomize_text(path)) if d)
 
 
 def kustomization(overlay: str) -> Doc:
@@ -101,6 +105,25 @@ def _render(
 ) -> tuple[Doc, ...]:
     if not components and namespace is None and image is None and not exactly:
         return _kustomize(OVERLAYS[overlay])
+    return tuple(
+        d
+        for d in yaml.safe_load_all(_render_text(overlay, components, namespace, image, exactly))
+        if d
+    )
+
+
+def render_text(overlay: str, components: tuple[str, ...]) -> str:
+    """What ``kubectl kustomize`` prints for the overlay with ``components`` added."""
+    return _render_text(overlay, components, None, None, False)
+
+
+def _render_text(
+    overlay: str,
+    components: tuple[str, ...],
+    namespace: str | None,
+    image: str | None,
+    exactly: bool,
+) -> str:
     doc = kustomization(overlay)
     known = {**COMPONENTS, **EXTRA_COMPONENTS}
     own = [] if exactly else doc.get("components", [])
@@ -118,7 +141,7 @@ def _render(
         for key in ("resources", "components", "transformers"):
             doc[key] = [os.path.relpath(p, scratch) for p in doc.get(key) or []]
         (Path(scratch) / "kustomization.yaml").write_text(yaml.safe_dump(doc))
-        return _kustomize(Path(scratch))
+        return _kustomize_text(Path(scratch))
 
 
 def render(

@@ -14,6 +14,8 @@ import pytest
 import yaml
 
 from trainjob_status_server import __version__
+from trainjob_status_server.cli import build_parser
+from trainjob_status_server.config import from_args
 
 from .assets import helm, helm_version
 from .chart import (
@@ -45,20 +47,10 @@ CI_OVERLAYS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
 }
 
 
-def normalized(doc: Doc) -> Doc:
-    """``doc`` as compared: the server's flags sorted (their order says nothing; the
-    overlays' follows the order their components are listed in)."""
-    if doc["kind"] != "Deployment":
-        return doc
-    doc = yaml.safe_load(yaml.safe_dump(doc))
-    for container in doc["spec"]["template"]["spec"]["containers"]:
-        container["args"] = sorted(container["args"])
-    return doc
-
-
 def assert_same_objects(kustomized: list[Doc], helmed: list[Doc]) -> None:
-    want = {key(d): normalized(d) for d in kustomized}
-    got = {key(d): normalized(without_helm_labels(d)) for d in helmed}
+    # The server's flags too, in their order: each has a fixed place in both.
+    want = {key(d): d for d in kustomized}
+    got = {key(d): without_helm_labels(d) for d in helmed}
     assert sorted(got) == sorted(want)
     found = [f"{k}{line}" for k in sorted(want) for line in differences(want[k], got[k])]
     assert found == []
@@ -152,6 +144,69 @@ def test_the_values_a_platform_team_sets_reach_the_pods() -> None:
     assert selector == {"app.kubernetes.io/name": "trainjob-status"}
 
 
+def test_the_servers_settings_reach_its_flags() -> None:
+    values: dict[str, Any] = {
+        "server": {
+            "logLevel": "debug",
+            "logFormat": "text",
+            "kubeApiQps": 20,
+            "kubeApiBurst": 1000000,
+            "targetFreshness": 2.5,
+            "extraArgs": ["--write-mode=direct", "--sa-rate-limit=0.5"],
+        }
+    }
+    args = one(template(values, namespace=TARGETS["base"]), "Deployment")["spec"]["template"][
+        "spec"
+    ]["containers"][0]["args"]
+    assert args[7:] == [
+        "--log-level=debug",
+        "--log-format=text",
+        "--kube-api-qps=20",
+        "--kube-api-burst=1000000",
+        "--target-freshness=2.5",
+        "--write-mode=direct",
+        "--sa-rate-limit=0.5",
+    ]
+    config = from_args(build_parser().parse_args(["serve", *args]), environ={})
+    assert (config.log_level, config.log_format, config.kube_api_qps, config.kube_api_burst) == (
+        "debug",
+        "text",
+        20.0,
+        1000000,
+    )
+    assert (config.target_freshness, config.write_mode, config.sa_rate_limit) == (
+        2.5,
+        "direct",
+        0.5,
+    )
+    # Unset, the server keeps its own defaults: no flag at all.
+    default = one(template({}, namespace=TARGETS["base"]), "Deployment")
+    assert len(default["spec"]["template"]["spec"]["containers"][0]["args"]) == 7
+
+
+def test_security_context_keys_replace_the_defaults_one_by_one() -> None:
+    values: dict[str, Any] = {
+        "podSecurityContext": {"runAsUser": 1000, "fsGroup": None},
+        "securityContext": {"runAsUser": 1000, "readOnlyRootFilesystem": None},
+    }
+    pod = one(template(values, namespace=TARGETS["base"]), "Deployment")["spec"]["template"]
+    assert pod["spec"]["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert pod["spec"]["containers"][0]["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 65532,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
 def test_by_default_the_replicas_spread_across_nodes_and_zones() -> None:
     spread = one(template({}, namespace=TARGETS["base"]), "Deployment")["spec"]["template"]
     keys = [c["topologyKey"] for c in spread["spec"]["topologySpreadConstraints"]]
@@ -225,6 +280,19 @@ SCHEMA_ERROR = (
     ("given", "refusal"),
     [
         (
+            [
+                "server.logLevel=loud",
+                "server.kubeApiQps=0",
+                "server.extraArgs={write-mode=direct}",
+                "server.port=1",
+            ],
+            "- at '/server/logLevel': value must be one of 'debug', 'info', 'warning',"
+            " 'error', <nil>\n"
+            "- at '/server/kubeApiQps': exclusiveMinimum: got 0, want 0\n"
+            "- at '/server/extraArgs/0': 'write-mode=direct' does not match pattern '^--[a-z]'\n"
+            "- at '/server': additional properties 'port' not allowed\n",
+        ),
+        (
             ["certificates.source=letsencrypt"],
             "- at '/certificates/source': value must be one of 'bootstrap', 'cert-manager'\n",
         ),
@@ -256,6 +324,7 @@ SCHEMA_ERROR = (
         ),
     ],
     ids=[
+        "server-settings",
         "source",
         "unknown-key",
         "types",
@@ -371,4 +440,10 @@ def test_the_charts_readme_documents_every_value() -> None:
     rows = [line for line in readme.stdout.splitlines() if line.startswith("| `")]
     documented = {name for row in rows for name in re.findall(r"`([^`]+)`", row.split("|")[1])}
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert sorted(set(value_paths(values)) - documented) == []
+    # A value documented whole (a securityContext) documents the keys of its default.
+    undocumented = [
+        path
+        for path in value_paths(values)
+        if not any(path == name or path.startswith(f"{name}.") for name in documented)
+    ]
+    assert sorted(undocumented) == []

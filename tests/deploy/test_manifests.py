@@ -5,10 +5,12 @@ and agreement with the code's own names (Secret, ConfigMap, webhook path, Servic
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import tomllib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -25,7 +27,18 @@ from trainjob_status_server.pods import injection
 from trainjob_status_server.pods.injection import Selector, Target
 from trainjob_status_server.running import shutdown_deadline
 
-from .rendering import MANIFESTS, OVERLAYS, ROOT, TARGETS, Doc, combinations, names, one, render
+from .rendering import (
+    MANIFESTS,
+    OVERLAYS,
+    ROOT,
+    TARGETS,
+    Doc,
+    combinations,
+    names,
+    one,
+    render,
+    render_text,
+)
 
 NS = "trainjob-status"
 # Kinds the Kubernetes schemas do not describe (cert-manager, the Prometheus Operator).
@@ -279,21 +292,53 @@ def test_the_image_is_pinned_and_an_images_entry_overrides_it() -> None:
 
 
 @pytest.mark.parametrize("overlay", ["kubeflow", "quick-start"])
-def test_the_override_component_adds_the_flag_beside_the_others(overlay: str) -> None:
+def test_each_switch_keeps_its_place_whichever_components_are_listed(overlay: str) -> None:
+    secure = overlay in SECURE_BY_DEFAULT
+    assert server(render(overlay))["args"][2:] == [
+        "--cert-bootstrap",
+        "--distribute-ca",
+        "--metrics-secure" if secure else "--no-metrics-secure",
+        "--no-token-review",
+        "--no-override-existing",
+    ]
     for order in (("override-existing", "cert-manager"), ("cert-manager", "override-existing")):
-        docs = render(overlay, "token-review", *order)
-        args = server(docs)["args"]
-        # cert-manager took --cert-bootstrap out, whichever came first; the others stay.
-        secure = ["--metrics-secure"] if overlay in SECURE_BY_DEFAULT else []
-        assert sorted(args[2:]) == [
+        args = server(render(overlay, "token-review", *order))["args"]
+        assert args[2:] == [
+            "--no-cert-bootstrap",
             "--distribute-ca",
-            *secure,
-            "--override-existing",
+            "--metrics-secure" if secure else "--no-metrics-secure",
             "--token-review",
+            "--override-existing",
         ]
-        parsed = build_parser().parse_args(["serve", *args])
-        assert from_args(parsed, environ={}).override_existing is True
-    assert "--override-existing" not in server(render(overlay))["args"]
+        config = from_args(build_parser().parse_args(["serve", *args]), environ={})
+        assert (config.override_existing, config.token_review, config.cert_bootstrap) == (
+            True,
+            True,
+            False,
+        )
+        assert config.metrics_secure is secure
+
+
+# The kubeflow overlay (secure metrics its own) and every other component: the rendering
+# of each of their orders.
+EVERY_OTHER_COMPONENT = (
+    "cert-manager",
+    "token-review",
+    "prometheus",
+    "override-existing",
+    "metrics-token-secret",
+    "api-priority",
+)
+
+
+def test_every_order_of_the_components_renders_the_same_bytes() -> None:
+    """All 720 orders, each rendered by kubectl kustomize: one output, byte for byte, so
+    that listing the components otherwise never rolls the Deployment out."""
+    orders = list(itertools.permutations(EVERY_OTHER_COMPONENT))
+    with ThreadPoolExecutor(4) as pool:
+        outputs = collections.Counter(pool.map(lambda o: render_text("kubeflow", o), orders))
+    assert len(orders) == 720
+    assert len(outputs) == 1, list(outputs.values())
 
 
 @pytest.mark.parametrize("version", ["1.30.0", "latest"])
