@@ -8,6 +8,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The demo needs the four packages only, not the test and lint tools.
 SERVER_STAMP := $(VENV)/.installed-server
+# setuptools notes each editable install with an "Editable installation." warning, which pip
+# shows for a project in a local folder even under --quiet: that note alone is ignored (a
+# filter on its text, added after any the caller set), so any other warning and any error
+# still prints.
+EDITABLE_NOTE_OFF := PYTHONWARNINGS="$${PYTHONWARNINGS:+$$PYTHONWARNINGS,}ignore:Editable installation"
 # The client on its floor, Python 3.9: its tests under PyPy, its types under mypy 1.x.
 VENV_PY39 := .venv-py39
 VENV_MYPY39 := .venv-mypy39
@@ -26,7 +31,7 @@ HELM := $(TRAINJOB_STATUS_CACHE)/helm/$(HELM_VERSION)/helm
 $(SERVER_STAMP): client/pyproject.toml server/pyproject.toml plugin/pyproject.toml devcluster/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ./client -e ./server -e ./plugin -e ./devcluster
+	$(EDITABLE_NOTE_OFF) $(BIN)/pip install --quiet -e ./client -e ./server -e ./plugin -e ./devcluster
 	touch $(SERVER_STAMP)
 
 # pip >= 25.1 reads the workspace's [dependency-groups] (the upgrade above brings it).
@@ -275,8 +280,8 @@ test-newest-python: real-tier-assets
 	rm -rf $(VENV_NEWEST_PY)
 	$(PYTHON_NEWEST) -m venv $(VENV_NEWEST_PY)
 	$(VENV_NEWEST_PY)/bin/pip install --quiet --upgrade pip
-	$(VENV_NEWEST_PY)/bin/pip install --quiet -e ./client -e ./server -e ./plugin -e ./devcluster \
-	  --group test
+	$(EDITABLE_NOTE_OFF) $(VENV_NEWEST_PY)/bin/pip install --quiet -e ./client -e ./server -e ./plugin \
+	  -e ./devcluster --group test
 	@echo "resolved versions in $(VENV_NEWEST_PY) ($$($(VENV_NEWEST_PY)/bin/python --version)):"
 	@$(VENV_NEWEST_PY)/bin/pip freeze --exclude-editable
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" TRAINER_ASSETS="$(TRAINER_ASSETS)" \

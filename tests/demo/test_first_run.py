@@ -89,6 +89,40 @@ def test_make_demo_passes_args_to_the_demo(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.timeout(600)
+def test_make_demo_installs_quietly(tmp_path: Path) -> None:
+    # The install `make demo` runs first, into a fresh venv, prints make's echo of its
+    # commands and nothing else: not setuptools' "Editable installation." note for each
+    # package, which pip shows despite --quiet (a failing install prints its error).
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    drop = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PYTHONWARNINGS"}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    venv = tmp_path / "venv"
+    command = [make, "--no-print-directory", f"{venv}/.installed-server", f"VENV={venv}"]
+    command.append(f"PYTHON={sys.executable}")
+
+    def run(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*command, *flags], cwd=ROOT, capture_output=True, text=True, timeout=540, env=env
+        )
+
+    echoed = run("-n").stdout.splitlines()
+    assert any(" install --quiet -e ./client" in line for line in echoed), echoed
+    done = run()
+    assert done.returncode == 0, done.stderr
+    banners = [
+        line
+        for line in (done.stdout + done.stderr).splitlines()
+        if "Editable" in line and line not in echoed
+    ]
+    assert banners == []
+    assert done.stderr == ""
+    assert done.stdout.splitlines() == echoed
+    assert (venv / "bin" / "trainjob-devcluster").is_file()
+
+
 def test_the_demo_prints_what_a_shell_needs_on_single_lines(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINJOB_STATUS_")}
     env.update(COLUMNS="40", TERM="dumb")
