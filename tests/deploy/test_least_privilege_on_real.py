@@ -118,9 +118,15 @@ async def test_the_deployment_runs_as_its_service_account_on_the_real_api_server
                     text = await got.text()
                     return got.status, json.loads(text) if got.status != 200 else text
 
-            code, page = await scrape("prometheus")
-            assert code == 200
-            assert 'trainjob_progress_ratio{namespace="team-a",trainjob="llama"} 0.42' in page
+            # The gauges follow the TrainJob's watch, a moment after the write.
+            gauge = 'trainjob_progress_ratio{namespace="team-a",trainjob="llama"} 0.42'
+            async with asyncio.timeout(20):
+                while True:
+                    code, page = await scrape("prometheus")
+                    assert code == 200
+                    if gauge in page:
+                        break
+                    await asyncio.sleep(0.1)
             code, status = await scrape("stranger")
             assert (code, status["reason"], status["message"]) == (
                 403,
