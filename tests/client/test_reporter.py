@@ -92,7 +92,7 @@ def test_at_most_one_request_per_interval(sink: Sink, make_reporter: MakeReporte
     while time.monotonic() - start < 0.5:
         reporter.report(progress % 100)
         progress += 1
-        time.sleep(0.001)
+        time.sleep(0.001)  # a training loop reporting far faster than the interval
     count = len(sink.requests)
     elapsed = time.monotonic() - start
     # Request starts are >= 0.1 s apart: never more than elapsed / 0.1 + 1 of them so far.

@@ -231,6 +231,7 @@ def _step(
     elif kind == "drop":
         sink.replies.append(Reply(drop=True))
     elif kind == "hang":
+        # A server slower than the client's timeout: the hang is what is tested.
         sink.replies.append(Reply(action=lambda: time.sleep(2 * _TIMEOUT)))
     elif kind == "log-raises":
         armed.error = RuntimeError("handler broke")
@@ -239,7 +240,7 @@ def _step(
         reporter.flush(0.0)  # wakes the sender to see the new time
     elif kind == "flush":
         reporter.flush(step[1])
-    else:
+    else:  # "pause": the sender runs on its own a moment between the steps
         time.sleep(0.02)
     return None
 

@@ -213,6 +213,13 @@ def gone(pid: int) -> bool:
     return status == "Z"
 
 
+def default_ctrl_c() -> None:
+    """Run in a child before its exec: Ctrl-C's default action, as in a terminal, even when
+    this test run ignores SIGINT (a background job of a non-interactive shell does, and an
+    ignored signal stays ignored across exec: Python would never raise KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_a_failed_start_stops_etcd_and_removes_its_files(tmp_path: Path) -> None:
     assets = fake_assets(tmp_path, "#!/bin/sh\necho 'bad flag' >&2\nexit 3\n")
     plane = ControlPlane(assets)
@@ -244,6 +251,7 @@ def test_an_interrupted_start_leaves_no_process(tmp_path: Path, signal_number: i
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        preexec_fn=default_ctrl_c,
     )
     assert parent.stdout is not None
     workdir = Path(parent.stdout.readline().strip())

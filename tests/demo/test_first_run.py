@@ -209,8 +209,16 @@ def test_commands_off_the_path_are_shown_by_full_path_with_how_to_activate(
     assert demo.activation(bin_dir, str(bin_dir), tmp_path) is None
 
 
+def default_ctrl_c() -> None:
+    """Run in the demo's process before its exec: Ctrl-C's default action, as in a terminal,
+    even when this test run ignores SIGINT (a background job of a non-interactive shell
+    does, and an ignored signal stays ignored across exec: the demo would never hear it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
-    """The demo in its own temporary folder under ``tmp_path`` (TMPDIR)."""
+    """The demo in its own temporary folder under ``tmp_path`` (TMPDIR), stopped by Ctrl-C
+    however this test run was started."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINJOB_STATUS_")}
     env.update(COLUMNS="200", TERM="dumb", TMPDIR=str(tmp_path))
     command = [sys.executable, "-m", "trainjob_devcluster.harness.cli", "demo", "--duration", "1"]
@@ -220,6 +228,7 @@ def start_demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_ctrl_c,
     )
 
 

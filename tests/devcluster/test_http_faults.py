@@ -3,7 +3,8 @@
 import asyncio
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.common.faults import Faults, RequestInfo
+from trainjob_devcluster.common.faults import Fault, Faults, RequestInfo
+from trainjob_devcluster.harness.testing import eventually
 
 from .conftest import TJ, Api
 
@@ -69,11 +70,20 @@ async def test_failed_write_stores_nothing(api: Api, devcluster: DevCluster) -> 
     assert stored["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
 
 
+async def held(rule: Fault) -> None:
+    """Until a request has met the stall ``rule`` (and is being held)."""
+
+    async def hit() -> bool:
+        return rule.hits > 0
+
+    await eventually(hit, "the request held by the stall", within=10, every=0.01)
+
+
 async def test_stall_delays_only_matching_requests(api: Api, devcluster: DevCluster) -> None:
     devcluster.create_trainjob(NS, "tj")
     rule = devcluster.faults.stall(30, times=1, verb="get", resource="trainjobs", name="tj")
     stalled = asyncio.create_task(api.call("GET", f"{TJ}/namespaces/{NS}/trainjobs/tj"))
-    await asyncio.sleep(0.2)
+    await held(rule)
     # Other requests are served meanwhile; the stalled one is still waiting.
     code, _, _ = await api.call("GET", f"{TJ}/namespaces/{NS}/trainjobs")
     assert code == 200
@@ -86,9 +96,9 @@ async def test_stall_delays_only_matching_requests(api: Api, devcluster: DevClus
 
 async def test_stopping_the_cluster_ends_a_stall_at_once(api: Api, devcluster: DevCluster) -> None:
     devcluster.create_trainjob(NS, "tj")
-    devcluster.faults.stall(60, verb="get", resource="trainjobs")
+    rule = devcluster.faults.stall(60, verb="get", resource="trainjobs")
     stalled = asyncio.create_task(api.call("GET", f"{TJ}/namespaces/{NS}/trainjobs/tj"))
-    await asyncio.sleep(0.2)
+    await held(rule)
     assert not stalled.done()
     loop = asyncio.get_running_loop()
     started = loop.time()

@@ -10,6 +10,7 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.harness.testing import eventually
 
 from .conftest import TJ, Api
 
@@ -29,6 +30,16 @@ async def read_events(api: Api, path: str, until: int | None = None) -> list[dic
             if until is not None and len(events) >= until:
                 break
     return events
+
+
+async def until_watched(cluster: DevCluster, plural: str, count: int, group: str = "") -> None:
+    """Until ``count`` watches of ``plural`` are open in ``cluster``."""
+    resource = cluster.resource(plural, group).qualified
+
+    async def opened() -> bool:
+        return len(cluster.store.watchers(resource)) >= count
+
+    await eventually(opened, f"{count} open watches of {plural}", within=10, every=0.01)
 
 
 def summary(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -141,7 +152,7 @@ async def test_label_and_field_selectors(api: Api, devcluster: DevCluster) -> No
             f"/api/v1/pods?watch=true&resourceVersion={rv}&fieldSelector=metadata.name%3Dother&timeoutSeconds=1",
         )
     )
-    await asyncio.sleep(0.1)
+    await until_watched(devcluster, "pods", 2)
     devcluster.create_pod(NS, "job1-node-0-0", labels={"jobset.sigs.k8s.io/jobset-name": "job1"})
     devcluster.create_pod(NS, "other")
     devcluster.set_pod_phase(NS, "job1-node-0-0", "Running")
@@ -195,7 +206,7 @@ async def test_expiry_covers_the_current_version_and_a_relist_recovers(
             until=1,
         )
     )
-    await asyncio.sleep(0.2)
+    await until_watched(devcluster, "trainjobs", 1, GROUP)
     devcluster.create_trainjob(NS, "b")
     events = await asyncio.wait_for(reader, 5)
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "b")]
@@ -206,10 +217,7 @@ async def test_dropped_watch_ends_the_stream(api: Api, devcluster: DevCluster) -
     reader = asyncio.create_task(
         read_events(api, f"{TJ}/trainjobs?watch=true&resourceVersion={devcluster.store.rv}")
     )
-    for _ in range(50):
-        if devcluster.store.watchers():
-            break
-        await asyncio.sleep(0.02)
+    await until_watched(devcluster, "trainjobs", 1, GROUP)
     assert devcluster.drop_watches("trainjobs", GROUP) == 1
     assert await asyncio.wait_for(reader, 5) == []
 

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.harness.testing import eventually
 from trainjob_devcluster.http import httpserver
 
 from .conftest import TJ
@@ -252,6 +253,16 @@ async def test_connections_close_when_the_client_asks(
     assert await raw.closed()
 
 
+async def until_watchers(cluster: DevCluster, count: int) -> None:
+    """Until exactly ``count`` watches of TrainJobs are registered in ``cluster``."""
+    resource = cluster.resource("trainjobs", "trainer.kubeflow.org").qualified
+
+    async def registered() -> bool:
+        return len(cluster.store.watchers(resource)) == count
+
+    await eventually(registered, f"{count} registered TrainJob watches", within=10, every=0.01)
+
+
 async def test_an_answer_after_a_watch_on_one_connection_comes_after_its_end(
     devcluster: DevCluster,
 ) -> None:
@@ -263,7 +274,7 @@ async def test_an_answer_after_a_watch_on_one_connection_comes_after_its_end(
         request("GET", f"{TJ}/namespaces/{NS}/trainjobs?watch=true&timeoutSeconds=1", token)
         + request("GET", f"{TJ}/namespaces/{NS}/trainjobs/seq", token)
     )
-    await asyncio.sleep(0.3)
+    await until_watchers(devcluster, 1)
     devcluster.create_trainjob(NS, "later")  # an event written at the end of a loop turn
     code, _, streamed = await raw.answer()
     events = [json.loads(line) for line in streamed.splitlines()]
@@ -288,11 +299,7 @@ async def test_a_watch_whose_client_goes_is_unregistered_at_once(devcluster: Dev
     resource = devcluster.resource("trainjobs", "trainer.kubeflow.org").qualified
     assert len(devcluster.store.watchers(resource)) == 1
     await raw.close()
-    for _ in range(100):  # no write or bookmark needed to notice
-        if not devcluster.store.watchers(resource):
-            break
-        await asyncio.sleep(0.01)
-    assert devcluster.store.watchers(resource) == []
+    await until_watchers(devcluster, 0)  # no write or bookmark needed to notice
 
 
 async def test_a_watch_whose_client_stops_reading_is_cut_off(devcluster: DevCluster) -> None:
@@ -312,8 +319,7 @@ async def test_a_watch_whose_client_stops_reading_is_cut_off(devcluster: DevClus
             break
         if i % 100 == 0:
             await asyncio.sleep(0)
-    await asyncio.sleep(0.05)
-    assert devcluster.store.watchers(resource) == []
+    await until_watchers(devcluster, 0)
     raw.writer.transport.resume_reading()
     # The stream ends properly (the last chunk) long before the events run out.
     received = 0

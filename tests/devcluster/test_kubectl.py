@@ -16,6 +16,7 @@ import pytest_asyncio
 import yaml
 
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.harness.testing import eventually
 
 pytestmark = [
     pytest.mark.kubectl,
@@ -238,10 +239,16 @@ async def test_get_watch_prints_rows_for_each_change(
     kubectl: Kubectl, devcluster: DevCluster
 ) -> None:
     devcluster.ensure_namespace("team-a")
+    before = devcluster.faults.count("watch", "trainjobs")
     watching = asyncio.create_task(
         kubectl.run("get", "trainjobs", "-n", "team-a", "-w", "--request-timeout=3s")
     )
-    await asyncio.sleep(0.8)
+
+    async def watch_asked() -> bool:
+        return devcluster.faults.count("watch", "trainjobs") > before
+
+    # kubectl lists, prints, then watches from the list's resourceVersion.
+    await eventually(watch_asked, "kubectl's watch request", within=30, every=0.02)
     devcluster.create_trainjob("team-a", "tj1")
     await kubectl.ok("label", "trainjob", "tj1", "-n", "team-a", "x=y")
     result = await watching

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.harness.acceptall import AcceptAll
 from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.testing import eventually
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 
@@ -179,10 +180,11 @@ async def test_posts_for_a_missing_trainjob_cost_one_lookup_until_it_appears(
     assert devcluster.faults.count("get", "trainjobs") == 1
     # Created now: the watch shows it, and the next post is written without a lookup.
     devcluster.create_trainjob(NS, "late")
-    for _ in range(200):
-        if poster.server.trainjobs.get(NS, "late") is not None:
-            break
-        await asyncio.sleep(0.01)
+
+    async def cached() -> bool:
+        return poster.server.trainjobs.get(NS, "late") is not None
+
+    await eventually(cached, "the new TrainJob in the server's cache", within=10, every=0.01)
     assert (await poster.post("late", update))[0] == 200
     await poster.server.writer.wait_idle()
     assert stored(devcluster, "late")["status"]["trainerStatus"]["progressPercentage"] == 1

@@ -23,6 +23,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.harness.testing import eventually
 from trainjob_status.contract import GROUP
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.metrics.exporter import Exporter, server_registry
@@ -313,7 +314,16 @@ async def test_a_stopped_exporter_exports_nothing_and_hears_nothing(
     assert exporter.series_count == 0
     body = {"trainerStatus": {"progressPercentage": 4, "lastUpdatedTime": stamp(1)}}
     assert (await poster.post("tj", body))[0] == 200
-    await asyncio.sleep(0.3)
+
+    async def cached() -> bool:
+        # The cache tells its listeners as it takes the event in: a listening exporter
+        # would have heard it by now.
+        found = poster.server.trainjobs.get(NS, "tj") or {}
+        return ((found.get("status") or {}).get("trainerStatus") or {}).get(
+            "progressPercentage"
+        ) == 4
+
+    await eventually(cached, "the second post's watch event in the cache", within=10, every=0.02)
     assert (await scraper.scrape()).samples() == {}
     assert exporter.series_count == 0
 

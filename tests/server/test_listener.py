@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.harness.acceptall import AcceptAll
+from trainjob_devcluster.harness.testing import eventually
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 from trainjob_status_server.http.listener import FirstRequestDeadline
@@ -109,7 +110,7 @@ async def test_headers_sent_a_byte_at_a_time_lose_the_connection_and_write_nothi
         for byte in request:
             writer.write(bytes([byte]))
             await writer.drain()
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # the slow client on purpose
 
     sender = asyncio.create_task(trickle())
     waited, received = await closed_after(reader)
@@ -244,7 +245,7 @@ async def test_the_end_of_the_headers_is_found_across_reads(chunks: list[bytes])
     wrapper.connection_made(transport)
     for chunk in chunks:
         wrapper.data_received(chunk)
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(0.4)  # past the deadline: proving that nothing happens
     assert not transport.closed
     assert not wrapper.timed_out
     assert wrapper.eof_received() is True
@@ -267,8 +268,11 @@ async def test_headers_without_their_blank_line_time_out() -> None:
     wrapper.connection_made(transport)
     wrapper.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r")
     wrapper.data_received(b"X-A: b\r\n")
-    await asyncio.sleep(0.4)
-    assert transport.closed
+
+    async def closed() -> bool:
+        return transport.closed
+
+    await eventually(closed, "the connection closed at its deadline", within=10, every=0.01)
     assert wrapper.timed_out
 
 
@@ -277,6 +281,6 @@ async def test_a_connection_lost_before_the_deadline_cancels_it() -> None:
     wrapper = FirstRequestDeadline(inner, 0.2)
     wrapper.connection_made(transport)
     wrapper.connection_lost(None)
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(0.4)  # past the deadline: proving that nothing happens
     assert not transport.closed
     assert not wrapper.timed_out

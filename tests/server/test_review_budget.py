@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -47,6 +48,27 @@ async def scrape(session: aiohttp.ClientSession, url: str, token: str) -> tuple[
         body = await got.read()
         retry = got.headers.get("Retry-After")
         return got.status, (retry if got.status == 429 else body[:0])
+
+
+async def scrape_until(
+    session: aiohttp.ClientSession,
+    url: str,
+    token: str,
+    done: Callable[[int], bool],
+    what: str,
+    within: float = 10.0,
+) -> tuple[list[int], float]:
+    """Scrape every 0.05 s until ``done(code)`` holds: the codes answered, and when the
+    last scrape began (``time.monotonic()``, the clock of the server's approvals)."""
+    deadline = time.monotonic() + within
+    codes: list[int] = []
+    while True:
+        began = time.monotonic()
+        codes.append((await scrape(session, url, token))[0])
+        if done(codes[-1]):
+            return codes, began
+        assert time.monotonic() < deadline, f"{what}: not within {within} s; answers {codes}"
+        await asyncio.sleep(0.05)
 
 
 async def test_a_source_address_may_cause_only_a_few_metrics_reviews(
@@ -178,19 +200,34 @@ async def test_an_approval_is_reused_one_ttl_past_its_expiry_while_no_review_can
         kube_metrics_qps=0.001,
         kube_metrics_burst=2,
     )
+
+    def reused() -> int:
+        message = "metrics review unavailable: the last approval reused"
+        return sum(r.getMessage() == message for r in caplog.records)
+
     async with running_with_tokens(cluster, secure, certs, server_budgets=True) as rig:
         url = rig.server.metrics_url
+        approved = time.monotonic()
         assert (await scrape(rig.session, url, prometheus))[0] == 200
-        await asyncio.sleep(1.2)  # expired, within one more TTL
-        assert (await scrape(rig.session, url, prometheus))[0] == 200
-        reused = [
-            r
-            for r in caplog.records
-            if r.getMessage() == "metrics review unavailable: the last approval reused"
-        ]
-        assert len(reused) == 1
-        await asyncio.sleep(1.0)  # past it: a budget still spent is a 503
-        assert (await scrape(rig.session, url, prometheus))[0] == 503
+        # Answered from the approval until it expires; the first scrape after finds the
+        # budget spent and reuses it.
+        codes, began = await scrape_until(
+            rig.session,
+            url,
+            prometheus,
+            lambda code: code != 200 or reused() > 0,
+            "the approval reused once expired",
+        )
+        assert set(codes) == {200}
+        assert reused() == 1
+        assert began >= approved + 1.0
+        # Reused for one more TTL; past it, a budget still spent is a 503.
+        codes, began = await scrape_until(
+            rig.session, url, prometheus, lambda code: code != 200, "a 503 past one more TTL"
+        )
+        assert codes[-1] == 503
+        assert reused() == len(codes)
+        assert began >= approved + 2.0
 
 
 async def test_forged_tokens_naming_a_pod_do_not_spend_its_service_accounts_rate(

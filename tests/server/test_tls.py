@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import ssl
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
+from trainjob_devcluster.harness.testing import eventually
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.certificates.tls import TLS12_CIPHERS, ReloadingTLS
 from trainjob_status_server.config import Config
@@ -75,16 +77,20 @@ async def test_rotated_certificate_is_served_and_old_connection_completes(
 
 
 async def test_a_broken_pair_keeps_the_previous_certificate(
-    server: StatusServer, certs: ServingCerts
+    server: StatusServer, certs: ServingCerts, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="trainjob_status_server.certificates.tls")
     assert server.tls is not None
     context = certs.client_context()
     _, before = await _open(server, context)
     serial = _peer_serial(before)
     before.close()
     certs.cert_file.write_bytes(b"-----BEGIN CERTIFICATE-----\nnot a certificate\n")
-    # Give the watcher several polls to see (and refuse) the broken file.
-    await asyncio.sleep(0.3)
+
+    async def refused() -> bool:
+        return "tls reload failed, still serving the previous certificate" in caplog.messages
+
+    await eventually(refused, "the watcher refusing the broken file", within=10, every=0.02)
     assert server.tls.reloads == 0
     _, after = await _open(server, context)
     assert _peer_serial(after) == serial

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.harness.testing import eventually
 from trainjob_status.contract import GROUP, JOBSET_NAME_LABEL
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.kube.views import pod_view, trainjob_view, written_view
@@ -169,15 +169,18 @@ async def test_the_servers_trainjob_cache_and_writer_hold_views(
     stored = devcluster.get("trainjobs", NS, "viewed", GROUP)
     assert stored is not None
     assert stored["metadata"]["managedFields"]
-    # The watch delivers the written object; the cache keeps its view.
-    for _ in range(100):
+
+    async def delivered() -> dict[str, Any] | None:
         cached = server.trainjobs.get(NS, "viewed")
         if (
             cached
             and cached["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
         ):
-            break
-        await asyncio.sleep(0.02)
+            return cached
+        return None
+
+    # The watch delivers the written object; the cache keeps its view.
+    cached = await eventually(delivered, "the written object in the cache", within=10, every=0.02)
     assert cached == trainjob_view(stored)
     assert set(cached) == {"metadata", "spec", "status"}
     assert "managedFields" not in cached["metadata"]

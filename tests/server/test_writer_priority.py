@@ -21,6 +21,7 @@ from trainjob_devcluster import DevCluster
 from trainjob_devcluster.harness.acceptall import AcceptAll
 from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_devcluster.harness.realcluster import RealCluster
+from trainjob_devcluster.harness.testing import eventually
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 from trainjob_status_server.kube.store import CacheEvent
@@ -182,8 +183,12 @@ async def test_a_trainjob_that_turns_complete_while_dirty_jumps_the_queue(
         "lastTransitionTime": kube_api.now(),
     }
     set_conditions(kube_api, done, complete)
-    while not ((poster.server.trainjobs.get(NS, done) or {}).get("status") or {}).get("conditions"):
-        await asyncio.sleep(0.01)
+
+    async def seen_complete() -> bool:
+        found = poster.server.trainjobs.get(NS, done) or {}
+        return bool((found.get("status") or {}).get("conditions"))
+
+    await eventually(seen_complete, "the Complete condition in the cache", within=30, every=0.01)
     await poster.server.writer.wait_idle()
     await caught_up(poster, kube_api)
     assert written.names().index(done) < 3, written.events
@@ -227,6 +232,7 @@ async def test_a_writer_over_budget_for_a_window_says_so_with_the_advised_qps(
     try:
         step = 0
         while not writer.advisor.over:
+            assert step < 300, "the advisor never judged the demand over the budget"
             step += 1
             wall = dt.datetime.now(dt.UTC)
             for name in NAMES:
@@ -234,7 +240,7 @@ async def test_a_writer_over_budget_for_a_window_says_so_with_the_advised_qps(
                 parsed = parse_trainer_status(body, trainjob=name, received=wall)
                 assert parsed is not None
                 writer.submit((NS, name), parsed.encoded(wall))
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # the pace of the demand: an update every 0.1 s
     finally:
         await writer.stop(0.0)
     [line] = [r for r in caplog.records if r.name == "trainjob_status_server.status.advisor"]
