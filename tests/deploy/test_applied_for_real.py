@@ -221,9 +221,9 @@ def test_the_crds_define_every_custom_kind_rendered() -> None:
 
 
 def readme_check_lines() -> list[str]:
-    """The README's lines, from its "Deploying" section, that check the quick-start
+    """docs/install.md's lines, from its "Deploying" section, that check the quick-start
     against a cluster before installing it (the namespace first, then the dry run)."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "install.md").read_text()
     section = readme.split("\n## Deploying\n", 1)[1].split("\n## ", 1)[0]
     lines = [line.split("#", 1)[0].strip() for line in section.splitlines()]
     start = lines.index("kubectl create namespace trainjob-status")

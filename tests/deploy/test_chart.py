@@ -393,9 +393,9 @@ def test_the_chart_carries_the_projects_version() -> None:
 
 
 def documented_helm_commands() -> list[tuple[str, list[str]]]:
-    """Every ``helm install`` in README.md and docs/kubeflow.md, as (where, arguments)."""
+    """Every ``helm install`` in docs/install.md and docs/kubeflow.md, as (where, arguments)."""
     found = []
-    for doc in ("README.md", "docs/kubeflow.md"):
+    for doc in ("docs/install.md", "docs/kubeflow.md"):
         text = (ROOT / doc).read_text().replace("\\\n", " ")
         for line in text.splitlines():
             if line.startswith("helm install "):
@@ -404,11 +404,11 @@ def documented_helm_commands() -> list[tuple[str, list[str]]]:
 
 
 def test_the_documented_helm_commands_work() -> None:
-    """What README.md and docs/kubeflow.md tell a platform engineer to run renders (as
+    """What docs/install.md and docs/kubeflow.md tell a platform engineer to run renders (as
     ``helm template``, with the same arguments; the real install is tested against
     kube-apiserver), and what it renders is the kubeflow overlay with its image."""
     commands = documented_helm_commands()
-    assert {doc for doc, _ in commands} == {"README.md", "docs/kubeflow.md"}
+    assert {doc for doc, _ in commands} == {"docs/install.md", "docs/kubeflow.md"}
     for doc, args in commands:
         assert args[:3] == ["install", "trainjob-status", "charts/trainjob-status"], doc
         args = [a for a in args[1:] if a != "--dry-run=server"]

@@ -29,15 +29,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# README.md, the four distributions' READMEs, docs/*.md, manifests/**/README.md and the
-# chart's README.
+# README.md, the four distributions' READMEs, every page under docs/ (the site's, the
+# measurement records included), manifests/**/README.md and the chart's README.
 DOCUMENT_GLOBS = (
     "README.md",
     "client/README.md",
     "server/README.md",
     "plugin/README.md",
     "devcluster/README.md",
-    "docs/*.md",
+    "docs/**/*.md",
     "manifests/**/README.md",
     "charts/*/README.md",
 )

@@ -1,7 +1,7 @@
-"""The README deploys in the order that works on a fresh cluster: the image is built and
-made pullable (loaded into a local cluster, or pushed and named in the overlay) before
-the first ``kubectl apply``, Helm installs the image pushed before, and the quick-start
-names the image it expects."""
+"""docs/install.md deploys in the order that works on a fresh cluster: the image is built
+and made pullable (loaded into a local cluster, or pushed and named in the overlay)
+before the first ``kubectl apply``, Helm installs the image pushed before, and the
+quick-start names the image it expects."""
 
 from __future__ import annotations
 
@@ -13,16 +13,16 @@ import trainjob_status
 
 from .blocks import ROOT, parse
 
-README = (ROOT / "README.md").read_text()
+INSTALL = (ROOT / "docs" / "install.md").read_text()
 QUICK_START = ROOT / "manifests" / "overlays" / "quick-start" / "kustomization.yaml"
 
 
 def deploying_commands() -> list[list[str]]:
-    """The shell lines of each block of the README's "Deploying" section, in order."""
-    section = README.split("\n## Deploying\n", 1)[1].split("\n## ", 1)[0]
+    """The shell lines of each block of docs/install.md's "Deploying" section, in order."""
+    section = INSTALL.split("\n## Deploying\n", 1)[1].split("\n## ", 1)[0]
     return [
         [line.split("#", 1)[0].strip() for line in block.text.splitlines() if line.strip()]
-        for block in parse(section, "README.md")
+        for block in parse(section, "docs/install.md")
         if block.language == "sh"
     ]
 
@@ -57,7 +57,7 @@ def test_the_local_cluster_block_builds_the_image_the_quick_start_expects() -> N
     )
     assert f"docker build -t {image} ." in local
     assert any(line.startswith(f"kind load docker-image {image}") for line in local)
-    assert f"expects `{image}`" in " ".join(README.split())
+    assert f"expects `{image}`" in " ".join(INSTALL.split())
 
 
 def test_the_pushed_image_is_the_one_the_overlay_is_pointed_at() -> None:

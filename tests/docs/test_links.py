@@ -48,6 +48,11 @@ EXPECTED = (
     "server/README.md",
     "devcluster/README.md",
     "docs/client.md",
+    "docs/index.md",
+    "docs/install.md",
+    "docs/scaling.md",
+    "docs/glossary.md",
+    "docs/measurements/index.md",
     "charts/trainjob-status/README.md",
     "manifests/prometheus/README.md",
 )

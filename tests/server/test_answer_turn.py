@@ -1,7 +1,8 @@
 """What the answer written one loop turn later (``answers.Answer``) relies on, over real
 sockets: posts that arrive together on several connections are all read and handled
 before the first of their answers is sent, so the answers go out together after the
-reads (docs/scaling.md, "Readability against the budget").
+reads (docs/measurements/2026-12-05-request-path.md, "Readability against the
+budget").
 
 The stand-in writer looks, each time the endpoint hands it an update, whether any client
 socket has received an answer yet. Written at once, the first post's answer would be in

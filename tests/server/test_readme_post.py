@@ -1,4 +1,4 @@
-"""The README's "Posting a status" section is what the server does: the curl example's
+"""docs/server.md's "Posting a status" section is what the server does: the curl example's
 body is accepted and echoed, and every example error row is the exact answer to its
 body."""
 
@@ -15,12 +15,12 @@ from trainjob_status.contract import GROUP
 
 from .conftest import NS, Poster
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+SERVER_PAGE = Path(__file__).resolve().parents[2] / "docs" / "server.md"
 JOB = "llama"
 
 
 def section() -> str:
-    text = README.read_text()
+    text = SERVER_PAGE.read_text()
     return text.split("### Posting a status\n", 1)[1].split("\n## ", 1)[0]
 
 

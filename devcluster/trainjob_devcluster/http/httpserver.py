@@ -4,8 +4,8 @@ watch events written to the connections at the end of each turn of the event loo
 Why not aiohttp's web server, which the status server uses: it spends more CPU on a
 keep-alive HTTPS request before any handler runs than the cluster's whole write path
 does through httptools and an asyncio protocol. The cluster has to take 2,000 status
-writes a second on one core (``bench/devcluster_bench.py``, figures in the README's
-Benchmarks) so that it is never what our benchmarks measure,
+writes a second on one core (``bench/devcluster_bench.py``, figures in
+docs/benchmarks.md) so that it is never what our benchmarks measure,
 and the API it serves is small: requests with a body, answers with a length, and chunked
 watch streams. Everything is HTTP/1.1 with keep-alive; pipelined requests are answered in
 order.

@@ -86,8 +86,7 @@ class Event:
     rather than a tree of about a hundred small objects, and the write that pushes the
     oldest event out frees that string instead of walking the tree through memory long
     out of the CPU's caches: a write with 1,000 watches open costs less CPU, and a full
-    window of TrainJob writes takes less memory (figures: the README's development
-    cluster section).
+    window of TrainJob writes takes less memory (figures: docs/devcluster.md).
     """
 
     __slots__ = (

@@ -6,9 +6,10 @@ with two differences:
 - no ``Server`` header (``aiohttp_internals.ServerlessResponse``);
 - it is written one event-loop turn after the handler returns it. By then the loop has
   read, and started, the other requests that were ready when this one was handled, and
-  their answers go out together after the reads. Measured (docs/scaling.md,
-  "Readability against the budget"): written at once, a post costs the server 19-30%
-  more CPU under load, on loopback and across a veth pair alike.
+  their answers go out together after the reads. Measured
+  (docs/measurements/2026-12-05-request-path.md, "Readability against the budget"):
+  written at once, a post costs the server 19-30% more CPU under load, on loopback and
+  across a veth pair alike.
   ``tests/server/test_answer_turn.py`` pins what it relies on: posts that arrive
   together are all handled before any of their answers is sent.
 """

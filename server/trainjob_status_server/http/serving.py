@@ -5,7 +5,8 @@ The port runs on aiohttp's low-level server (``web.Server``), not an Application
 status post comes thousands of times a second, and an Application spends a share of
 each one's CPU on what this port does not use (router resolution into a match-info
 object, the middleware chain, asking for the event loop, which on Python 3.11 is a
-getpid system call). Measured: docs/scaling.md. The routes match as aiohttp's router
+getpid system call). Measured:
+docs/measurements/2026-12-04-request-path.md. The routes match as aiohttp's router
 matched them, so every path answers as before.
 
 Anything but the routes is the peer's 404 "Not found", whatever the method. A request

@@ -355,7 +355,8 @@ class EncodedStatus:
     (what updates are ordered by: ``coalescing.ordering_time``) and its ``trainerStatus``
     object as compact JSON. A TrainJob's update can wait for its write for as long as the
     API budget makes it, one per TrainJob: as JSON it takes a fraction of the parsed
-    form's memory (measured per pending update: docs/scaling.md, runs 4 and 5)."""
+    form's memory (measured per pending update: docs/measurements/ingest-runs.md,
+    "Runs 4 and 5")."""
 
     last_updated_time: datetime  # aware, UTC
     json: bytes  # what the writer sends and the post is answered with, as it is
