@@ -30,7 +30,7 @@ from .contract import (
     URL_ENV,
 )
 from .payload import fit
-from .reporter import StatusReporter, observe
+from .reporter import Report, StatusReporter, observe
 
 EXIT_OK = 0
 EXIT_NOT_DELIVERED = 1
@@ -140,8 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             reason = reporter.settings.skip_reason or "status reporting is off"
             print(f"trainjob-status: nothing sent: {reason}", file=sys.stderr)
             return EXIT_NOT_DELIVERED if args.strict else EXIT_OK
-        taken = (args.progress, args.eta, dict(args.metric), args.step, args.epoch, time.time())
-        reporter.report(*taken[:3], step=args.step, epoch=args.epoch)
+        metrics = dict(args.metric)
+        taken = Report(args.progress, args.eta, metrics, args.step, args.epoch, time.time())
+        reporter.report(args.progress, args.eta, metrics, step=args.step, epoch=args.epoch)
         if reporter.flush(args.timeout):
             if not args.quiet and sys.stdout.isatty():
                 status, _ = fit(observe(taken))

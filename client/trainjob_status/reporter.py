@@ -39,7 +39,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Optional
+from typing import NamedTuple
 
 from . import environment, payload
 from .budget import WaitBudget
@@ -51,8 +51,19 @@ from .transport import NO_ANSWER, Answer, Transport
 
 _RETRY_AFTER_CODES = frozenset({429, 503})
 
-# What report() records: progress, ETA, a copy of the metrics, step, epoch, Unix time.
-Taken = tuple[object, object, Optional[dict[str, object]], object, object, float]
+
+class Report(NamedTuple):
+    """What ``report()`` records, as the caller gave it; the sending thread turns it into
+    an Observation and fits it to the CRD."""
+
+    progress: object
+    estimated_remaining_seconds: object
+    metrics: dict[str, object] | None  # a shallow copy of the caller's
+    step: object
+    epoch: object
+    observed_at: float  # Unix time
+
+
 _TOKEN_CODES = frozenset({401, 403})
 # How long close() waits for the sending thread to end once its post is cut short (it
 # only has to wake up; a name lookup in progress may take longer, and is not waited for).
@@ -144,13 +155,13 @@ class StatusReporter:
         # a signal handler may report while the main thread is inside report().
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._pending: Taken | None = None
+        self._pending: Report | None = None
         self._pending_seq = 0
         self._taken = 0
         self._settled = 0
         self._delivered = 0
         self._in_flight = False
-        self._current: tuple[int, Taken] | None = None  # the update the sender holds
+        self._current: tuple[int, Report] | None = None  # the update the sender holds
         self._flushing = 0
         self._idle = False
         self._closed = False
@@ -183,9 +194,7 @@ class StatusReporter:
         if self._transport is None:
             return False
         try:
-            # A plain tuple and a shallow copy: the least the caller can pay. The
-            # sending thread turns it into an Observation and fits it.
-            taken: Taken = (
+            taken = Report(
                 progress_percent,
                 estimated_remaining_seconds,
                 None if metrics is None else dict(metrics),
@@ -380,7 +389,7 @@ class StatusReporter:
                     self._revive()
                 self._cond.notify_all()
 
-    def _next(self) -> tuple[int, Taken] | None:
+    def _next(self) -> tuple[int, Report] | None:
         """Wait (holding the condition) until an update may be sent; None once closed.
 
         While the window is shut the thread sleeps until it opens, and report() does not
@@ -425,7 +434,7 @@ class StatusReporter:
             self._log.log(logging.WARNING, "token", "no token sent error=%r", self._tokens.error)
         return token
 
-    def _settle(self, seq: int, taken: Taken, answer: Answer) -> None:
+    def _settle(self, seq: int, taken: Report, answer: Answer) -> None:
         code = answer.code
         ok = 200 <= code < 300
         closed = self._closed  # after close nothing is retried
@@ -484,7 +493,7 @@ class StatusReporter:
             self._cond.notify_all()
 
 
-def observe(taken: Taken) -> Observation:
+def observe(taken: Report) -> Observation:
     """The Observation of a report: ``step`` and ``epoch`` first among the metrics."""
     progress, eta, metrics, step, epoch, observed_at = taken
     items = () if metrics is None else tuple(metrics.items())

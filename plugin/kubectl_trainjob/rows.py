@@ -10,7 +10,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from trainjob_status_server.gofmt import human_duration
+from trainjob_status_server.go_text import human_duration
 from trainjob_status_server.kube.resources import Obj, key_of
 from trainjob_status_server.metrics.series import parse_number, parse_time
 

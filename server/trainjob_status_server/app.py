@@ -27,12 +27,12 @@ from .certificates.certs import CertBootstrap, CertSettings, WebhookCABundle
 from .certificates.tls import ReloadingTLS
 from .config import Config
 from .http import probes
-from .http.answering import no_server_header
-from .http.answers import Answer
 from .http.endpoint import StatusEndpoint
 from .http.listener import CappedSite, Limits
 from .http.metricsauth import REVIEWS_PER_SOURCE as METRICS_REVIEWS_PER_SOURCE
 from .http.metricsauth import MetricsGuard, VerdictCache
+from .http.request_handling import no_server_header
+from .http.responses import Answer
 from .http.serving import ServingHandler
 from .http.webhook import INJECT_PATH, InjectorSettings, JobSetSteps, PodInjector
 from .kube.cache import WatchCache
@@ -55,7 +55,7 @@ the body is read and dropped before closing, so the client can still read the an
 rather than have it lost to a reset: aiohttp's default is 10 s, for which a stalled
 client would keep its connection slot after its 408."""
 
-# aiohttp's protocol settings every port shares: no access log (ours is answering.py's).
+# aiohttp's protocol settings every port shares: no access log (ours is request_handling.py's).
 QUIET: Mapping[str, Any] = {"access_log": None}
 
 METRICS_CONNECTIONS = 64
@@ -171,7 +171,7 @@ class StatusServer:
     # -- apps ------------------------------------------------------------------------
 
     def serving_handler(self) -> ServingHandler:
-        """The serving port's routes. Its answers are answers.Answer: no Server header."""
+        """The serving port's routes. Its answers are responses.Answer: no Server header."""
         return ServingHandler(
             self.endpoint.handle,
             gets={"/healthz": self._healthz, "/readyz": self._readyz},

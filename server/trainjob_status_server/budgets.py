@@ -2,7 +2,7 @@
 
 Who spends what (none can starve another, each has its own qps/burst flags):
 
-- ``writes`` (``--kube-api-qps``/``--kube-api-burst``, the peer's 5/10): status writes
+- ``writes`` (``--kube-api-qps``/``--kube-api-burst``, Kubeflow Trainer's 5/10): status writes
   and the TrainJob look-up of an authenticated post whose TrainJob the cache lacks;
 - ``auth`` (``--kube-auth-*``, 2/5): what the posts' token checking asks the API server
   for (TokenReview, issuer discovery and JWKS, a pod the cache lacks);

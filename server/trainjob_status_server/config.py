@@ -14,7 +14,7 @@ from .pods.injection import DEFAULT_SELECTOR, Selector
 
 ENV_PREFIX = "TRAINJOB_STATUS_"
 
-# The peer's limit; a typical post is well under 20 KiB even with 256 metrics.
+# Kubeflow Trainer's limit; a typical post is well under 20 KiB even with 256 metrics.
 MAX_BODY_BYTES = 65_536
 
 MIN_HEADER_BYTES = 2048
@@ -212,7 +212,7 @@ def _bool(text: str) -> bool:
 
 _FLAGS = (
     _Flag("host", str, "address to listen on"),
-    _Flag("port", int, "HTTPS port of the status endpoint (the peer's port)"),
+    _Flag("port", int, "HTTPS port of the status endpoint (Kubeflow Trainer's port)"),
     _Flag(
         "metrics_port",
         int,
@@ -332,7 +332,7 @@ _FLAGS = (
         "write_mode",
         str,
         "coalesce: one pending update per TrainJob, written within the API budget; direct: "
-        "one write per post, answered with its outcome (the peer's way)",
+        "one write per post, answered with its outcome (Kubeflow Trainer's way)",
         ("coalesce", "direct"),
     ),
     _Flag("min_write_interval", float, "seconds between two status writes of one TrainJob"),

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from trainjob_devcluster.common.gofmt import go_json, go_sharp_v
+from trainjob_devcluster.common.go_text import go_json, go_sharp_v
 from trainjob_devcluster.common.resources import ResourceType, load_trainjob_crd, resource_from_crd
 from trainjob_devcluster.common.status import ApiError
 from trainjob_devcluster.storage.apply import LAST_APPLIED, server_side_apply

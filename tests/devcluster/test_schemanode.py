@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from trainjob_devcluster.common.gofmt import go_quote
+from trainjob_devcluster.common.go_text import go_quote
 from trainjob_devcluster.schema.schema import NOT_CHECKED, StructuralSchema
 from trainjob_devcluster.schema.schemaformats import go_value, is_date_time
 from trainjob_devcluster.schema.schemanode import same

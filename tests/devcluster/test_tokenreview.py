@@ -11,7 +11,7 @@ import pytest
 
 from trainjob_devcluster.auth.signing import b64url
 from trainjob_devcluster.auth.tokens import SigningKeys, TokenIssuer
-from trainjob_devcluster.common.gofmt import go_quote
+from trainjob_devcluster.common.go_text import go_quote
 from trainjob_devcluster.common.status import ApiError
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"

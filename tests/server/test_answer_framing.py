@@ -1,4 +1,4 @@
-"""``answers.Answer``, written a loop turn later and without ``Server``: over a real
+"""``responses.Answer``, written a loop turn later and without ``Server``: over a real
 socket, every answer is byte for byte what aiohttp's own ``web.Response`` sends for the
 same request, less the ``Server`` header (the ``Date`` value aside, which moves with the
 clock)."""
@@ -14,7 +14,7 @@ import pytest_asyncio
 from aiohttp import web
 from aiohttp.test_utils import BaseTestServer, RawTestServer
 
-from trainjob_status_server.http.answers import Answer
+from trainjob_status_server.http.responses import Answer
 
 CASES = {
     "json": {"status": 200, "body": b'{"a":1}', "content_type": "application/json"},

@@ -1,4 +1,4 @@
-"""What the answer written one loop turn later (``answers.Answer``) relies on, over real
+"""What the answer written one loop turn later (``responses.Answer``) relies on, over real
 sockets: posts that arrive together on several connections are all read and handled
 before the first of their answers is sent, so the answers go out together after the
 reads (docs/measurements/2026-12-05-request-path.md, "Readability against the

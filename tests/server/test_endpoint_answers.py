@@ -36,8 +36,8 @@ from trainjob_status_server.failures import (
     WriteFailed,
 )
 from trainjob_status_server.http import errors
-from trainjob_status_server.http.answering import POSTER
 from trainjob_status_server.http.endpoint import StatusEndpoint
+from trainjob_status_server.http.request_handling import POSTER
 from trainjob_status_server.http.serving import ServingHandler
 from trainjob_status_server.status.validation import EncodedStatus, PayloadError, ValidationFailed
 

@@ -140,7 +140,7 @@ def drain(schedule: PrioritySchedule, now: float, overdue_after: float) -> list[
 def test_final_then_progress_then_routine_oldest_first_within_each() -> None:
     clock = Clock()
     schedule = PrioritySchedule()
-    for name, klass in (
+    for name, update_class in (
         ("r1", ROUTINE),
         ("p1", PROGRESS),
         ("f1", FINAL),
@@ -148,7 +148,7 @@ def test_final_then_progress_then_routine_oldest_first_within_each() -> None:
         ("p2", PROGRESS),
         ("f2", FINAL),
     ):
-        schedule.push(key(name), clock.now, klass, clock.now)
+        schedule.push(key(name), clock.now, update_class, clock.now)
         clock.now += 1.0
     assert schedule.counts() == {FINAL: 2, PROGRESS: 2, ROUTINE: 2}
     assert drain(schedule, clock.now, overdue_after=100.0) == ["f1", "f2", "p1", "p2", "r1", "r2"]
@@ -201,16 +201,16 @@ def test_no_trainjob_waits_more_than_two_fair_rounds() -> None:
     qps = 5.0
     schedule = PrioritySchedule()
     dirty_since: dict[Key, float] = {}
-    waits: dict[UpdateClass, list[float]] = {klass: [] for klass in UpdateClass}
+    waits: dict[UpdateClass, list[float]] = {update_class: [] for update_class in UpdateClass}
     klass_of: dict[Key, UpdateClass] = {}
     busy = [key(f"p{i}") for i in range(80)]  # their progress changes every post
     quiet = [key(f"r{i}") for i in range(20)]  # metrics ticks only
 
-    def dirty(k: Key, klass: UpdateClass) -> None:
+    def dirty(k: Key, update_class: UpdateClass) -> None:
         if k not in schedule:
             dirty_since[k] = clock.now
-            klass_of[k] = klass
-            schedule.push(k, clock.now, klass, clock.now)
+            klass_of[k] = update_class
+            schedule.push(k, clock.now, update_class, clock.now)
 
     step = 1.0 / qps
     finals_at = {30.0 + 7 * i: key(f"done{i}") for i in range(10)}
@@ -268,8 +268,8 @@ def test_fair_round() -> None:
 
 
 def test_the_new_metrics_exist_for_every_class_from_the_start() -> None:
-    for klass in ("final", "progress", "routine"):
-        labels = {"class": klass}
+    for update_class in ("final", "progress", "routine"):
+        labels = {"class": update_class}
         assert REGISTRY.get_sample_value("trainjob_status_pending_writes_by_class", labels) == 0
         assert (
             REGISTRY.get_sample_value(

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from trainjob_status.contract import STATUS_PATH, status_path
 from trainjob_status_server.auth import Identity, failures
 from trainjob_status_server.auth.failures import AuthFailure
-from trainjob_status_server.http.answers import Answer
 from trainjob_status_server.http.endpoint import StatusEndpoint
+from trainjob_status_server.http.responses import Answer
 from trainjob_status_server.http.serving import ServingHandler, status_target
 from trainjob_status_server.status.validation import EncodedStatus
 

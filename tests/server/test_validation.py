@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from trainjob_devcluster.common.gofmt import go_quote
+from trainjob_devcluster.common.go_text import go_quote
 from trainjob_devcluster.common.resources import load_trainjob_crd, resource_from_crd
 from trainjob_devcluster.common.status import Cause as DevCause
 from trainjob_devcluster.common.status import invalid

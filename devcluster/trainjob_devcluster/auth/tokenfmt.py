@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..common.gofmt import go_quote
+from ..common.go_text import go_quote
 from ..common.status import ApiError, bad_request
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..common.gofmt import go_quote
+from ..common.go_text import go_quote
 from ..common.status import ApiError, Cause, bad_request, invalid
 from .signing import SigningKeys
 from .tokenfmt import (

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ..common.gofmt import human_duration
+from ..common.go_text import human_duration
 from ..common.resources import ResourceType
 
 Column = dict[str, Any]

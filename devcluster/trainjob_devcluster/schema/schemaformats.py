@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ..common.gofmt import go_float, go_quote, go_sharp_v
+from ..common.go_text import go_float, go_quote, go_sharp_v
 
 REQUIRED = "FieldValueRequired"
 NOT_SUPPORTED = "FieldValueNotSupported"

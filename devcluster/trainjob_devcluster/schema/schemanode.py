@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ..common.gofmt import go_float, go_quote
+from ..common.go_text import go_float, go_quote
 from ..common.status import Cause
 from .schemaformats import (
     FORMAT_CHECKS,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..common import status
-from ..common.gofmt import go_json
+from ..common.go_text import go_json
 from ..common.resources import ResourceType
 from ..common.status import ApiError, Cause
 from .fieldmanager import (

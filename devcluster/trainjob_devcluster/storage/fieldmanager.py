@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..common.gofmt import go_json, go_quote
+from ..common.go_text import go_json, go_quote
 from .fieldsets import FieldSet, decode_fields_v1, shared_fields_v1
 from .typed import TypeRef, root_type
 from .typedops import compare

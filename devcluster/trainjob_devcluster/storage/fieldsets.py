@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ..common.gofmt import go_json, go_value_string
+from ..common.go_text import go_json, go_value_string
 
 __all__ = [
     "FieldSet",

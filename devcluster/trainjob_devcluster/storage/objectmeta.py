@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ..common.gofmt import go_quote
+from ..common.go_text import go_quote
 from ..common.status import Cause
 
 _LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..common.gofmt import go_quote, go_v
+from ..common.go_text import go_quote, go_v
 from .typedops import json_copy, json_equal
 
 __all__ = [

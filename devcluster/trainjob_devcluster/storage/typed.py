@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from ..common.gofmt import go_sharp_v, go_type, go_v
+from ..common.go_text import go_sharp_v, go_type, go_v
 from .fieldsets import index_pe, key_pe, pe_string, value_pe
 
 __all__ = [

@@ -1,9 +1,10 @@
-"""The Authorization header, parsed as the peer parses it (pure).
+"""The Authorization header, parsed as Kubeflow Trainer's status server parses it
+(pure).
 
-The peer does ``strings.Fields(header)``, then wants exactly two fields, the first
-equal to "Bearer" ignoring case. So tabs, repeated and surrounding spaces pass; an empty
-or blank header, "Bearer" alone, a bare token, another scheme, "Bearerx" and two
-credentials do not.
+Kubeflow Trainer's status server does ``strings.Fields(header)``, then wants exactly two
+fields, the first equal to "Bearer" ignoring case. So tabs, repeated and surrounding
+spaces pass; an empty or blank header, "Bearer" alone, a bare token, another scheme,
+"Bearerx" and two credentials do not.
 """
 
 from __future__ import annotations

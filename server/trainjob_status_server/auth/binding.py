@@ -264,7 +264,8 @@ class PodBinding:
         only when membership is required at all); the mode it was judged in. Where
         ``trainjob`` does not exist (a pod of a TrainJob deleted meanwhile) no chain can
         lead there: the answer is the 404 the post would get later, as in the labels
-        mode and from the peer, not a refusal that reads as a wrong credential."""
+        mode and from Kubeflow Trainer's status server, not a refusal that reads as a
+        wrong credential."""
         if not self.require_membership or self.owners is None:
             return LABELS
         mode = self.owners.mode

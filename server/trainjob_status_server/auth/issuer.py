@@ -1,9 +1,9 @@
 """Which issuer the cluster's service-account tokens carry.
 
 In order: ``--issuer`` when given; else the ``iss`` of the server's own service-account
-token (as the peer does: in a pod it is the cluster issuer); else the ``issuer`` of the
-OIDC discovery document, fetched through the API server (outside a pod, e.g. with a
-kubeconfig).
+token (as Kubeflow Trainer's status server does: in a pod it is the cluster issuer);
+else the ``issuer`` of the OIDC discovery document, fetched through the API server
+(outside a pod, e.g. with a kubeconfig).
 """
 
 from __future__ import annotations

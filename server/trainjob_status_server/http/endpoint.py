@@ -2,7 +2,7 @@
 
 It decides nothing itself: sizes, identities, payload rules and write outcomes come from
 the components and pure functions it calls, and their refusals (``failures.Failure``)
-are answered through ``errors.answer_for`` (``answering.answer``).
+are answered through ``errors.answer_for`` (``request_handling.answer``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from ..failures import TrainJobNotFound
 from ..status import validation
 from ..status.validation import EncodedStatus
 from . import codings, errors
-from .answering import POSTER, TRAINJOB
-from .answers import Answer, json_answer, json_object_answer
 from .protocol import awaiting_body
+from .request_handling import POSTER, TRAINJOB
+from .responses import Answer, json_answer, json_object_answer
 
 
 class TrainJobLookup(Protocol):

@@ -1,6 +1,6 @@
 """Every error the server answers, as a ``metav1.Status`` object, built in one place.
 
-The peer (Kubeflow Trainer's status server) answers ``{"status": "Failure", "message",
+Kubeflow Trainer's status server answers ``{"status": "Failure", "message",
 "reason", "code"}``; we add ``kind`` and ``apiVersion`` as the API server does. Clients
 depend on ``code``, ``reason`` and ``message`` only.
 
@@ -30,7 +30,7 @@ from ..failures import (
     WriteFailed,
 )
 from ..status.validation import PayloadError, ValidationFailed
-from .answers import Answer, json_answer
+from .responses import Answer, json_answer
 
 
 class StatusError(Exception):
@@ -117,7 +117,7 @@ def answer_for(failure: Failure) -> StatusError:
 
 
 def not_found() -> StatusError:
-    """Any path or method other than POST on the status path (the peer's catch-all)."""
+    """Any path or method other than POST on the status path (Kubeflow Trainer's catch-all)."""
     return StatusError(404, "NotFound", "Not found")
 
 

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
 
-from .answering import no_server_header
+from .request_handling import no_server_header
 
 CONNECTIONS = 64
 PER_ADDRESS = 4

@@ -1,5 +1,5 @@
 """The serving port's one request handler: it routes each request (the status path, the
-probes, the webhook) and has ``answering.answer`` answer it.
+probes, the webhook) and has ``request_handling.answer`` answer it.
 
 The port runs on aiohttp's low-level server (``web.Server``), not an Application: a
 status post comes thousands of times a second, and an Application spends a share of
@@ -9,9 +9,9 @@ getpid system call). Measured:
 docs/measurements/2026-12-04-request-path.md. The routes match as aiohttp's router
 matched them, so every path answers as before.
 
-Anything but the routes is the peer's 404 "Not found", whatever the method. A request
+Anything but the routes is Kubeflow Trainer's 404 "Not found", whatever the method. A request
 with an ``Expect`` header other than ``100-continue`` is refused with 417, as Go's
-server (the peer's) refuses it; ``100 Continue`` itself is sent when the handler first
+server (Kubeflow Trainer's) refuses it; ``100 Continue`` itself is sent when the handler first
 waits for the body (``endpoint.read_body``), so a post refused before that (its token,
 its size) never gets it.
 """
@@ -28,8 +28,8 @@ from aiohttp.http import HttpVersion11
 from trainjob_status.contract import STATUS_PATH
 
 from . import errors
-from .answering import answer
 from .endpoint import expects_continue
+from .request_handling import answer
 
 Handling = Coroutine[Any, Any, web.StreamResponse]
 Handler = Callable[[web.BaseRequest], Handling]

@@ -38,8 +38,8 @@ from ..kube.resources import JOBSETS, Obj
 from ..metrics.selfmetrics import INJECTIONS
 from ..pods import injection
 from ..pods.injection import FirstSighting, Plan, Selector, Target
-from .answers import Answer
 from .endpoint import read_body
+from .responses import Answer
 
 log = logging.getLogger(__name__)
 

@@ -146,7 +146,7 @@ class KubeClient:
     (or ``async with``).
 
     Every call waits its turn in a token bucket (``qps`` per second, ``burst`` at once:
-    the peer's 5/10 by default) shared by everything that uses this client (``lane()``
+    Kubeflow Trainer's 5/10 by default) shared by everything that uses this client (``lane()``
     makes a client with a bucket of its own on the same connection), is bounded by
     the timeouts, and raises ``KubeError`` for an error answer or ``KubeUnavailable``
     when there is none (connection failure, timeout). With ``max_wait`` set, a call

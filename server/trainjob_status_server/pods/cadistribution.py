@@ -1,10 +1,11 @@
 """CA distribution: the ConfigMap ``trainjob-status-ca`` (key ``ca.crt``) in every
 namespace that has TrainJobs, so injected pods can verify the server.
 
-The peer copies one ConfigMap per TrainJob (``<trainjob>-tls-config``, owned by it); one
-per namespace is fewer objects, is there before a TrainJob's pods are (it is written when
-the first TrainJob of the namespace appears), and a TrainJob deleted and recreated under
-the same name cannot race its own ConfigMap's garbage collection.
+Kubeflow Trainer's status server copies one ConfigMap per TrainJob
+(``<trainjob>-tls-config``, owned by it); one per namespace is fewer objects, is there
+before a TrainJob's pods are (it is written when the first TrainJob of the namespace
+appears), and a TrainJob deleted and recreated under the same name cannot race its own
+ConfigMap's garbage collection.
 
 Driven by the TrainJob cache's listeners: a TrainJob in a namespace we have not written
 (with the current CA) queues that namespace; one worker writes the queue by server-side

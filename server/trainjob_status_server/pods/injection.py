@@ -4,9 +4,10 @@ A TrainJob's training pods get what the Trainer's own ``TrainJobStatus`` plugin 
 them, pointed at this server: three ``KUBEFLOW_TRAINER_SERVER_*`` variables in every
 container and a read-only mount at ``/var/run/secrets/kubeflow/trainer`` of one projected
 volume (a service-account token for the TrainJob's audience, and ``ca.crt`` from the
-per-namespace CA ConfigMap). Same names, paths and volume name as the peer, so a pod
-looks the same to the clients whichever injected it; only the URL (our Service) and the
-ConfigMap (one per namespace instead of one per TrainJob) differ.
+per-namespace CA ConfigMap). Same names, paths and volume name as Kubeflow Trainer's
+status server, so a pod looks the same to the clients whichever injected it; only the
+URL (our Service) and the ConfigMap (one per namespace instead of one per TrainJob)
+differ.
 
 The decision is a JSON Patch (RFC 6902) against the pod as admission shows it:
 
@@ -41,7 +42,7 @@ from trainjob_status.contract import (
 from ..kube.views import keep_controller
 
 MOUNT_PATH = "/var/run/secrets/kubeflow/trainer"
-VOLUME_NAME = "kubeflow-trainer-token"  # the peer's name for the same volume
+VOLUME_NAME = "kubeflow-trainer-token"  # Kubeflow Trainer's name for the same volume
 CA_KEY = "ca.crt"
 TOKEN_FILE = "token"
 TOKEN_EXPIRATION_SECONDS = 3600
@@ -209,7 +210,8 @@ class Target:
         return f"https://{self.service}.{self.namespace}.svc:{self.port}"
 
     def url(self, namespace: str, trainjob: str) -> str:
-        """The status URL as the peer builds it: Service URL plus the status path."""
+        """The status URL as Kubeflow Trainer's status server builds it: Service URL plus
+        the status path."""
         return self.base_url() + status_path(namespace, trainjob)
 
     def env(self, namespace: str, trainjob: str) -> list[dict[str, Any]]:

@@ -38,7 +38,7 @@ class Pending:
     update: EncodedStatus
     accepted_at: float  # monotonic time the post carrying ``update`` was accepted
     attempts: int = 0  # failed writes of this update so far
-    klass: UpdateClass = UpdateClass.ROUTINE  # what it is served as over budget
+    update_class: UpdateClass = UpdateClass.ROUTINE  # what it is served as over budget
 
 
 def ordering_time(last_updated: datetime, seen: datetime) -> datetime:
@@ -140,8 +140,8 @@ def writes_in_flight(burst: int) -> int:
     """How many writes the writer keeps in flight at most, for an API budget of ``burst``.
 
     A budget of Q writes/s is only spent if Q x (one write's latency) writes can be in
-    flight; the burst (2 x Q as docs/scaling.md advises) stands in for it: 16 at the
-    peer's 5 QPS / burst 10, up to 64 (the API client's pool holds 100 connections, and
+    flight; the burst (2 x Q as docs/scaling.md advises) stands in for it: 16 at
+    Kubeflow Trainer's 5 QPS / burst 10, up to 64 (the API client's pool holds 100 connections, and
     the watches and lookups need some)."""
     return max(16, min(64, burst))
 

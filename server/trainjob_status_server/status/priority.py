@@ -116,7 +116,7 @@ def fair_round(dirty: int, qps: float) -> float:
 class _Entry:
     seq: int
     ready_at: float
-    klass: UpdateClass
+    update_class: UpdateClass
     dirty_since: float
     ready: bool = False
 
@@ -159,27 +159,29 @@ class PrioritySchedule:
 
     def counts(self) -> dict[UpdateClass, int]:
         """Scheduled TrainJobs by class."""
-        return {klass: self._counts[klass] for klass in UpdateClass}
+        return {update_class: self._counts[update_class] for update_class in UpdateClass}
 
-    def push(self, key: Key, ready_at: float, klass: UpdateClass, dirty_since: float) -> None:
+    def push(
+        self, key: Key, ready_at: float, update_class: UpdateClass, dirty_since: float
+    ) -> None:
         """Schedule ``key`` unless it is scheduled already: a newer update for a dirty
         TrainJob keeps its place (and its minimum interval or retry delay); ``promote``
         raises its class."""
         if key in self._entries:
             return
-        entry = _Entry(next(self._seq), ready_at, klass, dirty_since)
+        entry = _Entry(next(self._seq), ready_at, update_class, dirty_since)
         self._entries[key] = entry
-        self._counts[klass] += 1
+        self._counts[update_class] += 1
         heapq.heappush(self._waiting, _Slot(ready_at, entry.seq, key))
 
-    def promote(self, key: Key, klass: UpdateClass) -> None:
-        """Serve ``key`` in ``klass`` if that comes before its class (never demoted)."""
+    def promote(self, key: Key, update_class: UpdateClass) -> None:
+        """Serve ``key`` in ``update_class`` if that comes before its class (never demoted)."""
         entry = self._entries.get(key)
-        if entry is None or klass >= entry.klass:
+        if entry is None or update_class >= entry.update_class:
             return
-        self._counts[entry.klass] -= 1
-        self._counts[klass] += 1
-        entry.klass = klass
+        self._counts[entry.update_class] -= 1
+        self._counts[update_class] += 1
+        entry.update_class = update_class
         if entry.ready:
             entry.seq = next(self._seq)
             self._queue(key, entry)
@@ -187,7 +189,7 @@ class PrioritySchedule:
     def discard(self, key: Key) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
-            self._counts[entry.klass] -= 1
+            self._counts[entry.update_class] -= 1
 
     def _live(self, slot: _Slot) -> _Entry | None:
         entry = self._entries.get(slot.key)
@@ -200,8 +202,8 @@ class PrioritySchedule:
         queues = self._ready.get(namespace)
         if queues is None:
             queues = self._ready[namespace] = _queues()
-        heapq.heappush(queues[entry.klass], _Slot(entry.dirty_since, entry.seq, key))
-        turn = 0 if entry.klass is UpdateClass.FINAL else 1
+        heapq.heappush(queues[entry.update_class], _Slot(entry.dirty_since, entry.seq, key))
+        turn = 0 if entry.update_class is UpdateClass.FINAL else 1
         if namespace not in self._in_turn[turn]:
             self._in_turn[turn].add(namespace)
             self._turns[turn].append(namespace)
@@ -216,11 +218,11 @@ class PrioritySchedule:
                 entry.ready = True
                 self._queue(slot.key, entry)
 
-    def _head(self, namespace: str, klass: UpdateClass) -> _Slot | None:
+    def _head(self, namespace: str, update_class: UpdateClass) -> _Slot | None:
         queues = self._ready.get(namespace)
         if queues is None:
             return None
-        queue = queues[klass]
+        queue = queues[update_class]
         while queue and self._live(queue[0]) is None:
             heapq.heappop(queue)
         return queue[0] if queue else None
@@ -274,14 +276,14 @@ class PrioritySchedule:
         if chosen is None:
             return None
         entry = self._entries.pop(chosen.key)
-        self._counts[entry.klass] -= 1
-        heapq.heappop(self._ready[chosen.key[0]][entry.klass])
+        self._counts[entry.update_class] -= 1
+        heapq.heappop(self._ready[chosen.key[0]][entry.update_class])
         return chosen.key
 
     def next_time(self) -> float | None:
         """When the earliest scheduled key is (or was) ready; None: nothing scheduled."""
         for namespace in list(self._ready):
-            if any(self._head(namespace, klass) is not None for klass in UpdateClass):
+            if any(self._head(namespace, update_class) is not None for update_class in UpdateClass):
                 return float("-inf")
         while self._waiting and self._live(self._waiting[0]) is None:
             heapq.heappop(self._waiting)

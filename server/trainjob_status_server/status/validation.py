@@ -34,10 +34,10 @@ Three outcomes besides success:
 ``None``
     Nothing to write: no ``trainerStatus`` or ``"trainerStatus": null``.
 
-Decisions, each as the API server or the peer behaves unless said otherwise:
+Decisions, each as the API server or Kubeflow Trainer's status server behaves unless said otherwise:
 
 - ``null`` is an absent field at every level (the API server drops nulls from
-  non-nullable fields before validating; the peer's Go structs decode them as unset). So
+  non-nullable fields before validating; Kubeflow Trainer's Go structs decode them as unset). So
   a missing or null ``lastUpdatedTime`` is stamped with the receive time (the CRD's rule
   requires one), and a null metric ``name`` is "Required value".
 - Unknown fields are ignored at every level (the API server prunes them). Field names are
@@ -48,9 +48,10 @@ Decisions, each as the API server or the peer behaves unless said otherwise:
   PayloadError (the API server cannot decode such a body at all). ``NaN`` and
   ``Infinity`` are not JSON: a PayloadError wherever they appear.
 - The body must be UTF-8 (no BOM) and a JSON object; duplicate keys are allowed, the
-  last one wins (as in Go's encoding/json, which the peer uses). Invalid UTF-8, and an
-  unpaired surrogate escape (``"\\ud800"``) in a string we keep, are PayloadErrors: the
-  peer would replace them with U+FFFD and write text the client never sent.
+  last one wins (as in Go's encoding/json, which Kubeflow Trainer's status server uses).
+  Invalid UTF-8, and an unpaired surrogate escape (``"\\ud800"``) in a string we keep,
+  are PayloadErrors: Kubeflow Trainer's status server would replace them with U+FFFD and
+  write text the client never sent.
 - Causes follow the order of the keys in the body (and ``name``/``value`` inside a
   metric), then each metric's missing required fields, then ``maxItems``. The API server
   walks the schema's properties in Go map order, so a recorded answer only pins one order
@@ -89,7 +90,7 @@ from typing import Any, NamedTuple
 from trainjob_status.contract import GROUP, KIND, MAX_METRIC_CHARS, MAX_METRICS
 
 from ..failures import Failure
-from ..gofmt import go_float, go_quote
+from ..go_text import go_float, go_quote
 
 __all__ = [
     "GROUP",

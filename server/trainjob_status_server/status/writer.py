@@ -16,7 +16,7 @@ drain budget (``drain_qps``, above the steady one: a rolling update must not los
 was answered 200); what the drain could not write is logged per TrainJob and counted.
 
 ``DirectWriter``: one server-side apply per post, answered with the write's outcome, as
-the peer does; the benchmarks' baseline (``--write-mode direct``).
+Kubeflow Trainer's status server does; the benchmarks' baseline (``--write-mode direct``).
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ class CoalescingWriter:
         if is_stale(update, self._stored_order(key, stored)):
             selfmetrics.UPDATES_DROPPED.labels("stale").inc()
             return
-        self._pending[key] = Pending(update, now, klass=self._classify(key, update, stored))
+        self._pending[key] = Pending(update, now, update_class=self._classify(key, update, stored))
         self._dirty_since.setdefault(key, now)
         self._settled.clear()
         selfmetrics.PENDING_WRITES.set(len(self._pending))
@@ -216,10 +216,12 @@ class CoalescingWriter:
             self._following[key] = newer
             return
         selfmetrics.UPDATES_COALESCED.inc()
-        newer.klass = held.klass
-        if held.klass is not UpdateClass.FINAL:
-            newer.klass = min(held.klass, self._classify(key, newer.update, self._stored(key)))
-            self._schedule.promote(key, newer.klass)
+        newer.update_class = held.update_class
+        if held.update_class is not UpdateClass.FINAL:
+            newer.update_class = min(
+                held.update_class, self._classify(key, newer.update, self._stored(key))
+            )
+            self._schedule.promote(key, newer.update_class)
         self._pending[key] = newer
 
     def _classify(self, key: Key, update: EncodedStatus, stored: Obj | None) -> UpdateClass:
@@ -228,12 +230,12 @@ class CoalescingWriter:
     def _push(self, key: Key, now: float) -> None:
         pending = self._pending[key]
         since = self._dirty_since.get(key, now)
-        self._schedule.push(key, self._ready_at(key, now), pending.klass, since)
+        self._schedule.push(key, self._ready_at(key, now), pending.update_class, since)
         self._count_classes()
 
     def _count_classes(self) -> None:
-        for klass, count in self._schedule.counts().items():
-            selfmetrics.PENDING_BY_CLASS.labels(klass.label).set(count)
+        for update_class, count in self._schedule.counts().items():
+            selfmetrics.PENDING_BY_CLASS.labels(update_class.label).set(count)
 
     def _ready_at(self, key: Key, now: float) -> float:
         if self._draining:
@@ -308,7 +310,7 @@ class CoalescingWriter:
         if key in self._following and key not in self._pending:
             following = self._following.pop(key)
             self._pending[key] = following
-            following.klass = self._classify(key, following.update, self._stored(key))
+            following.update_class = self._classify(key, following.update, self._stored(key))
         if key in self._pending:
             now = self.clock()
             self._dirty_since.setdefault(key, now)
@@ -352,7 +354,7 @@ class CoalescingWriter:
         selfmetrics.API_WRITES.labels("ok").inc()
         fresh = self.clock() - pending.accepted_at
         selfmetrics.WRITE_FRESHNESS.observe(fresh)
-        selfmetrics.WRITE_FRESHNESS_BY_CLASS.labels(pending.klass.label).observe(fresh)
+        selfmetrics.WRITE_FRESHNESS_BY_CLASS.labels(pending.update_class.label).observe(fresh)
         self._after_terminal.discard(key)
         # What was written orders from when its post was received, not from now.
         self._first_seen.saw(key, written, pending.update.received)
@@ -407,7 +409,7 @@ class CoalescingWriter:
         now = self.clock()
         self._pending[key] = pending
         self._dirty_since.setdefault(key, pending.accepted_at)
-        self._schedule.push(key, now + delay, pending.klass, self._dirty_since[key])
+        self._schedule.push(key, now + delay, pending.update_class, self._dirty_since[key])
         self._count_classes()
 
     def _drop(self, key: Key, reason: str) -> None:
@@ -430,7 +432,7 @@ class CoalescingWriter:
             self._after_terminal.add(event.key)
             pending = self._pending.get(event.key)
             if pending is not None:
-                pending.klass = UpdateClass.FINAL
+                pending.update_class = UpdateClass.FINAL
                 self._schedule.promote(event.key, UpdateClass.FINAL)
                 self._count_classes()
         written = self._written.get(event.key)
@@ -466,7 +468,7 @@ class CoalescingWriter:
                 self._schedule.discard(key)
                 pending = self._pending[key]
                 since = self._dirty_since.get(key, pending.accepted_at)
-                self._schedule.push(key, self.clock(), pending.klass, since)
+                self._schedule.push(key, self.clock(), pending.update_class, since)
         self._wake.set()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._settled.wait(), drain_seconds)

@@ -12,12 +12,12 @@ from types import ModuleType
 
 import pytest
 
-from trainjob_devcluster.common import gofmt as devcluster_gofmt
-from trainjob_status_server import gofmt as server_gofmt
+from trainjob_devcluster.common import go_text as devcluster_go_text
+from trainjob_status_server import go_text as server_go_text
 
 IMPLEMENTATIONS = [
-    pytest.param(devcluster_gofmt, id="devcluster"),
-    pytest.param(server_gofmt, id="server"),
+    pytest.param(devcluster_go_text, id="devcluster"),
+    pytest.param(server_go_text, id="server"),
 ]
 
 # fmt.Sprintf("%v", f) for a float64.
@@ -95,22 +95,22 @@ AGES = [
 ]
 
 
-@pytest.mark.parametrize("gofmt", IMPLEMENTATIONS)
+@pytest.mark.parametrize("go_text", IMPLEMENTATIONS)
 @pytest.mark.parametrize(("value", "text"), FLOATS)
-def test_go_float(gofmt: ModuleType, value: float, text: str) -> None:
-    assert gofmt.go_float(value) == text
+def test_go_float(go_text: ModuleType, value: float, text: str) -> None:
+    assert go_text.go_float(value) == text
 
 
-@pytest.mark.parametrize("gofmt", IMPLEMENTATIONS)
+@pytest.mark.parametrize("go_text", IMPLEMENTATIONS)
 @pytest.mark.parametrize(("text", "quoted"), QUOTES)
-def test_go_quote(gofmt: ModuleType, text: str, quoted: str) -> None:
-    assert gofmt.go_quote(text) == quoted
+def test_go_quote(go_text: ModuleType, text: str, quoted: str) -> None:
+    assert go_text.go_quote(text) == quoted
 
 
-@pytest.mark.parametrize("gofmt", IMPLEMENTATIONS)
+@pytest.mark.parametrize("go_text", IMPLEMENTATIONS)
 @pytest.mark.parametrize(("seconds", "shown"), AGES)
-def test_human_duration(gofmt: ModuleType, seconds: float, shown: str) -> None:
-    assert gofmt.human_duration(seconds) == shown
+def test_human_duration(go_text: ModuleType, seconds: float, shown: str) -> None:
+    assert go_text.human_duration(seconds) == shown
 
 
 # json.Marshal of a float64: positional from 1e-6 to below 1e21, a negative exponent
@@ -132,4 +132,4 @@ def test_human_duration(gofmt: ModuleType, seconds: float, shown: str) -> None:
     ],
 )
 def test_go_json_float(value: float, text: str) -> None:
-    assert devcluster_gofmt.go_json_float(value) == text
+    assert devcluster_go_text.go_json_float(value) == text

@@ -49,7 +49,7 @@ async def no_server_header(_request: web.Request, response: web.StreamResponse) 
     """An ``on_response_prepare`` hook: aiohttp names itself and the Python version in a
     ``Server`` header on every answer, telling a scanner which known bugs to try. For the
     metrics and probe ports, whose answers include aiohttp's own (a 404 from the router);
-    the serving port's are all ``answers.Answer``, which drops the header without a
+    the serving port's are all ``responses.Answer``, which drops the header without a
     signal per post."""
     response.headers.popall("Server", None)
 
