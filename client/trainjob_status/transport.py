@@ -221,7 +221,7 @@ def _scrub(exc: BaseException, token: str | None) -> str:
 
 def describe(raw: bytes, fallback: str) -> tuple[str, str]:
     """``reason`` and ``message`` of a metav1.Status body, tolerant of anything else
-    (the peer's Status has no kind or apiVersion; proxies answer HTML)."""
+    (the Trainer's Status has no kind or apiVersion; proxies answer HTML)."""
     try:
         body = json.loads(raw)
     except ValueError:

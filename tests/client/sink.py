@@ -42,13 +42,13 @@ def make_token(subject: str, exp: float | None = None) -> str:
 
 
 def peer_status(code: int, reason: str, message: str) -> dict[str, Any]:
-    """A metav1.Status as the peer answers it: no kind, no apiVersion."""
+    """A metav1.Status as the Trainer's status server answers it: no kind, no apiVersion."""
     return {"status": "Failure", "message": message, "reason": reason, "code": code}
 
 
 @dataclass
 class Reply:
-    """One scripted answer. ``body`` None echoes the request (as the peer does on 200)."""
+    """One scripted answer. ``body`` None echoes the request (as the Trainer's status server does on 200)."""
 
     code: int = 200
     body: Any = None

@@ -1,6 +1,6 @@
 """What the reporter does with each kind of answer: retries (429/503/5xx/network) with
 newer data replacing the waiting update, token re-reads on 401/403, no retry for other
-4xx, a server answering as the peer does, CA rotation and hostname checks. The token is
+4xx, a server answering as the Trainer's status server does, CA rotation and hostname checks. The token is
 never logged."""
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def test_a_peer_style_403_without_kind_or_apiversion_is_handled(
     assert reporter.flush(5) is False  # token unchanged: dropped, not retried
     assert len(sink.requests) == 1
     assert "code=403 reason=Forbidden message='Forbidden'" in caplog.text
-    reporter.report(20)  # the peer's 200 echoes the payload
+    reporter.report(20)  # the Trainer's 200 echoes the payload
     assert reporter.flush(5)
 
 
@@ -114,7 +114,7 @@ def test_a_403_after_the_token_rotated_is_retried_at_once_with_the_new_token(
     sink: Sink, make_reporter: MakeReporter
 ) -> None:
     old = sink.token
-    # Kubelet rotates the file just after the client read it; the peer says 403.
+    # Kubelet rotates the file just after the client read it; the Trainer's status server says 403.
     sink.replies.append(
         Reply(403, peer_status(403, "Forbidden", "Forbidden"), action=lambda: sink.write_token("b"))
     )

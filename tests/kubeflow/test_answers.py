@@ -44,7 +44,7 @@ UNAUTHORIZED = (401, "Unauthorized", "Unauthorized")
 EXPECTED = {
     "valid": {"peer": OK, "ours": OK},
     "forged token": {"peer": FORBIDDEN, "ours": UNAUTHORIZED},
-    # The peer checks the audience and the namespace only; ours binds the token's pod
+    # The Trainer's status server checks the audience and the namespace only; ours binds the token's pod
     # to the TrainJob.
     "another TrainJob's pod": {"peer": OK, "ours": FORBIDDEN},
     "no token": {"peer": FORBIDDEN, "ours": UNAUTHORIZED},
@@ -53,7 +53,7 @@ EXPECTED = {
         "ours": (422, "Invalid", NOT_JSON),
     },
     "progress 101": {"peer": (422, "Invalid", INVALID_101), "ours": (422, "Invalid", INVALID_101)},
-    # The peer sends a null time, which the CRD refuses; ours stamps the receive time.
+    # The Trainer's status server sends a null time, which the CRD refuses; ours stamps the receive time.
     "no lastUpdatedTime": {"peer": (422, "Invalid", NULL_TIME), "ours": OK},
     "unknown TrainJob": {
         "peer": (404, "NotFound", "Train job not found"),

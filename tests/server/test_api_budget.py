@@ -162,7 +162,7 @@ async def test_a_flood_of_admissions_naming_unknown_jobs_costs_no_request_and_de
     devcluster: DevCluster, config: Config, session: aiohttp.ClientSession
 ) -> None:
     devcluster.create_trainjob(NS, TJ)
-    # The peer's budget and less: a handful of lookups would hold the write back.
+    # The Trainer's budget and less: a handful of lookups would hold the write back.
     tight = with_changes(config, kube_api_qps=1.0, kube_api_burst=1)
     async with StatusServer(tight, AcceptAll()) as server:
         await settled(server)

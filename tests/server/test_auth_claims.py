@@ -103,7 +103,7 @@ GO_SPACE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000") 
 
 
 def peer_token(header: str | None) -> str:
-    """What the peer does with the header, as plainly as it can be written."""
+    """What the Trainer's status server does with the header, as plainly as it can be written."""
     if header is None:
         raise AuthFailure("no_token")
     fields, field = [], ""

@@ -15,7 +15,7 @@ def parse(*argv: str, env: dict[str, str] | None = None) -> Config:
 def test_defaults() -> None:
     config = parse()
     assert config.max_header_bytes == 8192
-    assert config.write_timeout == 10.0  # the peer's write timeout
+    assert config.write_timeout == 10.0  # the Trainer's write timeout
     assert (config.max_connections, config.max_connections_per_ip) == (1024, 256)
     assert config.probe_port == 8081
     # Short: a client sends its request as soon as it has connected.

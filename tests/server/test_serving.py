@@ -1,6 +1,6 @@
 """The serving port's own routing (``http/serving.py``): status paths match as aiohttp's
 router matched them, the other routes and methods answer as before, and ``Expect`` is
-handled as Go's server (the peer's) handles it: ``100 Continue`` only once the body is
+handled as Go's server (the Trainer's) handles it: ``100 Continue`` only once the body is
 waited for, 417 for any other expectation. Over real sockets, with stand-ins for the
 authenticator, the TrainJob look-up and the writer; nothing is written on a refusal."""
 
