@@ -39,7 +39,7 @@ BUILD
 
 # -- 2: the runtime -----------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime
-ARG VERSION=0.2.0
+ARG VERSION=0.3.0
 ARG REVISION=unknown
 ARG SOURCE=unknown
 LABEL org.opencontainers.image.title="trainjob-status" \
@@ -75,7 +75,7 @@ ENV PATH=/opt/trainjob-status/bin:$PATH \
 # A fixed UID/GID with no login (the manifests' runAsUser/runAsGroup/fsGroup match it).
 USER 65532:65532
 WORKDIR /tmp
-# 10443: status posts and the pod injector (HTTPS); 9090: metrics and probes (HTTP);
-# 8081: probes alone (HTTP).
-EXPOSE 10443 9090 8081
+# 10443: status posts (HTTPS); 9443: the pod injector (HTTPS); 9090: metrics and probes
+# (HTTP); 8081: probes alone (HTTP).
+EXPOSE 10443 9443 9090 8081
 ENTRYPOINT ["trainjob-status-server", "serve"]

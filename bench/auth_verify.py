@@ -75,6 +75,7 @@ async def status_server(mode: str, port: int, cert: Path, key: Path, work: Path)
         port=port,
         metrics_port=0,
         probe_port=0,
+        webhook_port=0,
         tls_cert_file=cert,
         tls_key_file=key,
         kubeconfig=work / "kubeconfig",

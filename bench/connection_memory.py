@@ -58,6 +58,7 @@ async def serve(port: int, metrics_port: int, work: Path, max_header_bytes: int)
         port=port,
         metrics_port=metrics_port,
         probe_port=0,
+        webhook_port=0,
         tls_cert_file=work / "tls.crt",
         tls_key_file=work / "tls.key",
         kubeconfig=work / "kubeconfig",

@@ -206,6 +206,7 @@ async def ingest_server(port: int, cert: Path, key: Path, work: Path, auth: str)
         port=port,
         metrics_port=0,
         probe_port=0,
+        webhook_port=0,
         tls_cert_file=cert,
         tls_key_file=key,
         kubeconfig=work / "kubeconfig",

@@ -20,7 +20,8 @@ import trainjob_status
 import trainjob_status_server
 
 ROOT = Path(__file__).resolve().parents[1]
-VERSION = "0.2.0"
+# The one version, as server/pyproject.toml says it; the others must agree.
+VERSION: str = tomllib.loads((ROOT / "server" / "pyproject.toml").read_text())["project"]["version"]
 
 
 def project(folder: str) -> dict[str, Any]:

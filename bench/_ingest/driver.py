@@ -145,7 +145,7 @@ class Bench:
         command = [
             sys.executable, "-m", "trainjob_status_server.cli", "serve",
             "--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(metrics_port),
-            "--probe-port", "0",
+            "--probe-port", "0", "--webhook-port", "0",
             "--kubeconfig", str(self.work / "kubeconfig"), "--issuer", self.issuer,
             "--tls-cert-file", str(self.work / "tls.crt"),
             "--tls-key-file", str(self.work / "tls.key"), *flags,

@@ -148,9 +148,11 @@ class StatusServer:
         )
         self.shutting_down = False
         self._serving: web.ServerRunner | None = None
+        self._webhook: web.ServerRunner | None = None
         self._metrics: web.AppRunner | None = None
         self._probes: web.AppRunner | None = None
         self._site: CappedSite | None = None
+        self._webhook_site: CappedSite | None = None
         self._metrics_site: CappedSite | None = None
         self._probe_site: CappedSite | None = None
 
@@ -176,6 +178,16 @@ class StatusServer:
             self.endpoint.handle,
             gets={"/healthz": self._healthz, "/readyz": self._readyz},
             posts={} if self.injector is None else {INJECT_PATH: self.injector.handle},
+            uncounted=("/healthz", "/readyz", INJECT_PATH),
+        )
+
+    def webhook_handler(self) -> ServingHandler:
+        """The webhook port's routes: the pod injector and the probes, nothing else."""
+        assert self.injector is not None
+        return ServingHandler(
+            None,
+            gets={"/healthz": self._healthz, "/readyz": self._readyz},
+            posts={INJECT_PATH: self.injector.handle},
             uncounted=("/healthz", "/readyz", INJECT_PATH),
         )
 
@@ -205,6 +217,14 @@ class StatusServer:
         assert self._metrics_site is not None
         scheme = "https" if self.config.metrics_secure else "http"
         return f"{scheme}://{_url_host(self.config.host)}:{self._metrics_site.port}"
+
+    @property
+    def webhook_url(self) -> str | None:
+        """The webhook port's URL; None without the pod injector (``--no-inject-pods``)."""
+        if self._webhook_site is None:
+            return None
+        scheme = "http" if self.tls is None else "https"
+        return f"{scheme}://{_url_host(self.config.host)}:{self._webhook_site.port}"
 
     @property
     def probe_url(self) -> str:
@@ -301,6 +321,21 @@ class StatusServer:
             "serving",
             handler_settings=serving_settings,
         )
+        if self.injector is not None:
+            # Slots of its own: a crowd on the status port cannot hold admissions back.
+            self._webhook = web.ServerRunner(
+                web.Server(self.webhook_handler(), **serving_settings),
+                handle_signals=False,
+                shutdown_timeout=config.shutdown_timeout,
+            )
+            self._webhook_site = await self._listen(
+                self._webhook,
+                config.webhook_port,
+                None if self.tls is None else self.tls.context,
+                (config.max_connections, config.max_connections_per_ip),
+                "webhook",
+                handler_settings=serving_settings,
+            )
         self._metrics = web.AppRunner(self.metrics_app(), **QUIET, handle_signals=False)
         self._metrics_site = await self._listen(
             self._metrics,
@@ -320,7 +355,12 @@ class StatusServer:
         )
         log.info(
             "serving",
-            extra={"url": self.url, "metrics_url": self.metrics_url, "probe_url": self.probe_url},
+            extra={
+                "url": self.url,
+                "webhook_url": self.webhook_url,
+                "metrics_url": self.metrics_url,
+                "probe_url": self.probe_url,
+            },
         )
         return self
 
@@ -338,6 +378,10 @@ class StatusServer:
                 await self._serving.cleanup()
         finally:
             await drained
+        if self._webhook is not None:
+            # Admissions are answered until the status port has drained: pods created
+            # meanwhile still get their variables.
+            await self._webhook.cleanup()
         if self._metrics is not None:
             await self._metrics.cleanup()
         if self._probes is not None:

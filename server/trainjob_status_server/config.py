@@ -26,6 +26,7 @@ class Config:
     port: int = 10443
     metrics_port: int = 9090
     probe_port: int = 8081
+    webhook_port: int = 9443
     metrics_secure: bool = False
     metrics_auth_cache_ttl: float = 60.0
     tls_cert_file: Path | None = None
@@ -119,7 +120,7 @@ class Config:
             )
         if self.insecure_http and (self.tls_cert_file or self.tls_key_file):
             problems.append("--insecure-http cannot be combined with TLS files")
-        for name in ("port", "metrics_port", "probe_port"):
+        for name in ("port", "metrics_port", "probe_port", "webhook_port"):
             value = getattr(self, name)
             if not 0 <= value <= 65535:
                 problems.append(f"--{name.replace('_', '-')} must be 0..65535, got {value}")
@@ -127,6 +128,14 @@ class Config:
             problems.append("--port and --metrics-port must differ")
         if self.probe_port != 0 and self.probe_port in (self.port, self.metrics_port):
             problems.append("--probe-port must differ from --port and --metrics-port")
+        if self.webhook_port != 0 and self.webhook_port in (
+            self.port,
+            self.metrics_port,
+            self.probe_port,
+        ):
+            problems.append(
+                "--webhook-port must differ from --port, --metrics-port and --probe-port"
+            )
         if self.metrics_secure and self.insecure_http:
             problems.append("--metrics-secure needs the serving certificate: not --insecure-http")
         if self.metrics_auth_cache_ttl < 0:
@@ -229,6 +238,14 @@ _FLAGS = (
         int,
         "plain-HTTP port for /healthz and /readyz only, with slots of its own: probes answer"
         " while the metrics port is full",
+    ),
+    _Flag(
+        "webhook_port",
+        int,
+        "HTTPS port of the pod injector webhook (/mutate-pods) alone, with connection slots"
+        " of its own (as many as --max-connections and --max-connections-per-ip allow"
+        " again): a crowd on the status port cannot hold back admissions, nor the reverse."
+        " --port answers /mutate-pods too, for a webhook configuration that still names it",
     ),
     _Flag("tls_cert_file", _path, "serving certificate (PEM); reloaded when it changes"),
     _Flag("tls_key_file", _path, "serving private key (PEM); reloaded when it changes"),

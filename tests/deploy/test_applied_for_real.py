@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import tempfile
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from .cluster import Held, Kubectl, existing, identities, identity
 from .rendering import (
     COMPONENTS,
     EXTRA_COMPONENTS,
+    ROOT,
     TARGETS,
     Doc,
     kustomization,
@@ -35,6 +37,9 @@ from .rendering import (
 )
 
 pytestmark = pytest.mark.kubectl
+
+# The chart's version is the project's (server/pyproject.toml).
+VERSION: str = tomllib.loads((ROOT / "server" / "pyproject.toml").read_text())["project"]["version"]
 
 
 def dropped(rendered: object, stored: object, path: str = "") -> list[str]:
@@ -159,7 +164,7 @@ def test_helm_install_and_uninstall(
     assert_installed(kubectl, before, docs)
     listed = json.loads(run_helm("list", "--output", "json", *common).stdout)
     assert [(r["name"], r["status"], r["chart"]) for r in listed] == [
-        (RELEASE, "deployed", "trainjob-status-0.2.0")
+        (RELEASE, "deployed", f"trainjob-status-{VERSION}")
     ]
     uninstalled = run_helm("uninstall", RELEASE, *common)
     assert uninstalled.returncode == 0, uninstalled.stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from .chart import (
 )
 from .rendering import ROOT, TARGETS, Doc, one, render
 
+VERSION: str = tomllib.loads((ROOT / "server" / "pyproject.toml").read_text())["project"]["version"]
 VALUES_FILES = sorted(CI_VALUES.glob("*.yaml"))
 # Each file in ci/ and the overlay and components it stands for (with an image, if set).
 CI_OVERLAYS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
@@ -39,7 +41,7 @@ CI_OVERLAYS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
     "quick-start-all-values.yaml": (
         "quick-start",
         ("cert-manager", "token-review", "prometheus", "override-existing", "api-priority"),
-        "registry.example.com/ml/trainjob-status:0.2.0-rc1",
+        f"registry.example.com/ml/trainjob-status:{VERSION}-rc1",
     ),
     "kubeflow-values.yaml": ("kubeflow", (), None),
     "kubeflow-all-values.yaml": ("kubeflow", ("cert-manager", "token-review", "prometheus"), None),
@@ -246,7 +248,7 @@ def test_values_the_overlays_leave_to_patches() -> None:
     (server,) = deployment["spec"]["template"]["spec"]["containers"]
     assert server["resources"] == resources
     assert server["imagePullPolicy"] == "Always"
-    assert server["image"] == "trainjob-status:0.2.0"
+    assert server["image"] == f"trainjob-status:{VERSION}"
     (_, metrics) = one(docs, "NetworkPolicy")["spec"]["ingress"]
     assert metrics["from"] == [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}
@@ -260,7 +262,7 @@ def test_helm_labels_stay_off_selectors_and_pods() -> None:
     """Upgrading the chart must not change a selector (immutable) or restart pods."""
     deployment = one(template(namespace=TARGETS["base"]), "Deployment")
     assert deployment["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
-    assert deployment["metadata"]["labels"]["helm.sh/chart"] == "trainjob-status-0.2.0"
+    assert deployment["metadata"]["labels"]["helm.sh/chart"] == f"trainjob-status-{VERSION}"
     assert deployment["spec"]["selector"] == {
         "matchLabels": {"app.kubernetes.io/name": "trainjob-status"}
     }
@@ -422,7 +424,7 @@ def test_the_documented_helm_commands_work() -> None:
         )
         assert done.returncode == 0, (doc, done.stderr)
         docs = [d for d in yaml.safe_load_all(done.stdout) if d]
-        image = "registry.example.com/ml/trainjob-status:0.2.0"
+        image = f"registry.example.com/ml/trainjob-status:{VERSION}"
         assert_same_objects(render("kubeflow", image=image), docs)
 
 

@@ -32,6 +32,7 @@ from .wheels import DEVELOPMENT_ONLY, distribution_name, read_wheel
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 LOCK = ROOT / "requirements" / "server.lock"
+VERSION: str = tomllib.loads((ROOT / "server" / "pyproject.toml").read_text())["project"]["version"]
 
 
 @dataclass
@@ -255,7 +256,7 @@ def test_the_build_context_is_the_package_only() -> None:
         # What a local build leaves: setuptools would put client/build's modules in the wheel.
         ("client/build/lib/trainjob_status/removed_module.py", False),
         ("server/build/bdist.linux-x86_64/x", False),
-        ("client/dist/trainjob_status-0.2.0-py3-none-any.whl", False),
+        (f"client/dist/trainjob_status-{VERSION}-py3-none-any.whl", False),
         ("server/trainjob_status_server.egg-info/PKG-INFO", False),
         ("server/trainjob_status_server/__pycache__/cli.cpython-311.pyc", False),
         ("server/tls.key", False),

@@ -21,7 +21,7 @@ from trainjob_devcluster import DevCluster
 from trainjob_status.contract import GROUP
 from trainjob_status_server.certificates import certs
 from trainjob_status_server.cli import build_parser
-from trainjob_status_server.config import from_args
+from trainjob_status_server.config import Config, from_args
 from trainjob_status_server.http import webhook
 from trainjob_status_server.pods import injection
 from trainjob_status_server.pods.injection import Selector, Target
@@ -417,13 +417,22 @@ def test_the_pod_is_hardened(docs: list[Doc]) -> None:
 def test_probes_ports_and_service(docs: list[Doc]) -> None:
     container = server(docs)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"status-server": 10443, "metrics": 9090, "probes": 8081}
+    assert ports == {"status-server": 10443, "webhook": 9443, "metrics": 9090, "probes": 8081}
+    # The ports the server listens on by default are the ones the container declares.
+    defaults = Config()
+    assert (defaults.port, defaults.webhook_port, defaults.metrics_port, defaults.probe_port) == (
+        10443,
+        9443,
+        9090,
+        8081,
+    )
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
     assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
     service = one(docs, "Service")
     assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
         ("status-server", 10443, "status-server"),
+        ("webhook", 9443, "webhook"),
         ("metrics", 9090, "metrics"),
     ]
     labels = deployment(docs)["spec"]["template"]["metadata"]["labels"]
@@ -448,7 +457,8 @@ def test_the_webhook_never_blocks_a_pod(variant: Variant) -> None:
         "name": "trainjob-status",
         "namespace": variant.namespace,
         "path": webhook.INJECT_PATH,
-        "port": 10443,
+        # The webhook's own port: its connection slots are apart from the status posts'.
+        "port": 9443,
     }
     assert hook["rules"] == [
         {
@@ -477,7 +487,12 @@ def test_disruption_budget_and_network_policy(docs: list[Doc]) -> None:
     assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": NS}
     assert policy["policyTypes"] == ["Ingress"]
     status_rule, metrics_rule = policy["ingress"]
-    assert status_rule == {"ports": [{"port": "status-server", "protocol": "TCP"}]}
+    assert status_rule == {
+        "ports": [
+            {"port": "status-server", "protocol": "TCP"},
+            {"port": "webhook", "protocol": "TCP"},
+        ]
+    }
     assert metrics_rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
     assert metrics_rule["from"] == [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}

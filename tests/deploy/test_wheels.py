@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 import venv
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 from .rendering import ROOT
 from .wheels import DEVELOPMENT_ONLY, Wheel, read_wheel
 
-VERSION = "0.2.0"
+VERSION: str = tomllib.loads((ROOT / "server" / "pyproject.toml").read_text())["project"]["version"]
 
 
 # What the plugin needs and the server's image must not carry.

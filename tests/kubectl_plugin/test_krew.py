@@ -24,7 +24,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 KREW = ROOT / "plugin" / "krew"
 MANIFEST = KREW / "trainjob.yaml"
-VERSION = "0.2.0"
+# The project's version (server/pyproject.toml), which the plugin's must be.
+VERSION: str = tomllib.loads((ROOT / "server" / "pyproject.toml").read_text())["project"]["version"]
 ARCHIVE = f"kubectl-trainjob-v{VERSION}.tar.gz"
 
 

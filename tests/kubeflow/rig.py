@@ -484,6 +484,7 @@ class Kubeflow:
             f"--port={port}",
             f"--probe-port={probe}",
             f"--metrics-port={metrics}",
+            "--webhook-port=0",
             "--min-write-interval=0",
             *flags,
         ]

@@ -85,7 +85,9 @@ def serve_command(*args: str) -> list[str]:
 @pytest.mark.parametrize("version", ["3.13.3", "3.15.0"])
 def test_serve_refuses_an_untested_aiohttp(tmp_path: Path, version: str) -> None:
     done = subprocess.run(
-        serve_command("--insecure-http", "--port=0", "--metrics-port=0", "--probe-port=0"),
+        serve_command(
+            "--insecure-http", "--port=0", "--metrics-port=0", "--probe-port=0", "--webhook-port=0"
+        ),
         capture_output=True,
         text=True,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(installed_as(tmp_path, version))},
@@ -140,6 +142,7 @@ async def test_the_override_starts_it_with_a_warning(
         f"--port={free_port()}",
         f"--metrics-port={metrics}",
         "--probe-port=0",
+        "--webhook-port=0",
         f"--kubeconfig={devcluster.kubeconfig_path}",
         f"--issuer={devcluster.issuer}",
         "--no-inject-pods",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import platform
+import tomllib
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -10,6 +12,8 @@ import pytest
 from trainjob_status_server.app import StatusServer
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0"
+PYPROJECT = Path(__file__).resolve().parents[2] / "server" / "pyproject.toml"
+VERSION: str = tomllib.loads(PYPROJECT.read_text())["project"]["version"]
 
 
 @pytest.mark.parametrize("accept", [None, OPENMETRICS])
@@ -29,5 +33,5 @@ async def test_build_info_is_one_with_the_version_and_python(
         "# HELP trainjob_status_build_info 1, labelled with the server's version and the "
         "Python version it runs on.",
         "# TYPE trainjob_status_build_info gauge",
-        f'trainjob_status_build_info{{python="{python}",version="0.2.0"}} 1.0',
+        f'trainjob_status_build_info{{python="{python}",version="{VERSION}"}} 1.0',
     ]

@@ -21,7 +21,7 @@ from trainjob_status_server.config import from_args
 from .conftest import ServingCerts
 
 PROG = "trainjob-status-server"
-QUIET = ["--port=0", "--metrics-port=0", "--probe-port=0"]
+QUIET = ["--port=0", "--metrics-port=0", "--probe-port=0", "--webhook-port=0"]
 
 
 def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

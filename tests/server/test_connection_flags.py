@@ -55,6 +55,15 @@ def test_flags_and_their_environment_fallbacks() -> None:
             ("--probe-port", "9090"),
             "--probe-port must differ from --port and --metrics-port",
         ),
+        (("--webhook-port", "-1"), "--webhook-port must be 0..65535, got -1"),
+        (
+            ("--webhook-port", "10443"),
+            "--webhook-port must differ from --port, --metrics-port and --probe-port",
+        ),
+        (
+            ("--webhook-port", "8081"),
+            "--webhook-port must differ from --port, --metrics-port and --probe-port",
+        ),
     ],
 )
 def test_checks(argv: tuple[str, ...], problem: str) -> None:
@@ -72,6 +81,7 @@ def test_help_describes_each_flag_with_its_variable_and_default(
         ("--write-timeout", "TRAINJOB_STATUS_WRITE_TIMEOUT", "10.0"),
         ("--max-connections-per-ip", "TRAINJOB_STATUS_MAX_CONNECTIONS_PER_IP", "256"),
         ("--probe-port", "TRAINJOB_STATUS_PROBE_PORT", "8081"),
+        ("--webhook-port", "TRAINJOB_STATUS_WEBHOOK_PORT", "9443"),
         ("--first-request-timeout", "TRAINJOB_STATUS_FIRST_REQUEST_TIMEOUT", "5.0"),
     ]:
         assert flag in text

@@ -26,7 +26,7 @@ from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 from trainjob_status_server.http.slots import SLOW_BODY
 
-from .conftest import GROUP, NS, ServingCerts, with_changes
+from .conftest import GROUP, NS, ServingCerts, status_path, with_changes
 from .test_connections import address, answer, closed_count, connect, head, post
 
 VARIANTS = ("connect-only", "tls-only", "slow-headers", "idle-keepalive", "drip-body")
@@ -198,3 +198,71 @@ async def test_a_probe_answer_closes_its_connection(config: Config) -> None:
     assert status == b"HTTP/1.1 200 OK"
     assert b"\r\nConnection: close\r\n" in b"\r\n" + rest
     assert received.endswith(b"\r\n\r\nok")
+
+
+REVIEW = {
+    "apiVersion": "admission.k8s.io/v1",
+    "kind": "AdmissionReview",
+    "request": {
+        "uid": "review-1",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "operation": "CREATE",
+        "namespace": NS,
+        "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}},
+    },
+}
+
+
+async def test_admissions_have_slots_of_their_own_while_the_status_port_is_full(
+    crowded: StatusServer, certs: ServingCerts
+) -> None:
+    """The webhook port is a listener of its own. One silent connection from each of 40
+    addresses fills the status port's 40 slots in a way no newcomer may break (no address
+    holds two more than the newcomer's), so a new connection there is refused; admissions
+    on new connections to the webhook port are all answered meanwhile. That port answers
+    nothing but the webhook."""
+    assert crowded.webhook_url is not None
+    sources = [f"127.0.3.{i}" for i in range(1, 41)]
+    async with Crowd(crowded.url, certs.client_context(), "connect-only", sources, 1):
+
+        async def full() -> bool:
+            return await status_port_refuses(crowded, certs)
+
+        await eventually(full, "the crowd to hold every slot of the status port")
+        connector = aiohttp.TCPConnector(ssl=certs.client_context(), force_close=True)
+        answers = []
+        async with aiohttp.ClientSession(connector=connector) as session:
+            for number in range(10):
+                review = {**REVIEW, "request": {**REVIEW["request"], "uid": f"review-{number}"}}
+                async with session.post(
+                    crowded.webhook_url + "/mutate-pods", json=review, server_hostname="localhost"
+                ) as response:
+                    answer = await response.json()
+                    answers.append((response.status, answer["response"]["uid"]))
+            async with session.post(
+                crowded.webhook_url + status_path(NS, "tj"),
+                data=b"{}",
+                server_hostname="localhost",
+            ) as response:
+                not_found = (response.status, (await response.json())["message"])
+        assert await status_port_refuses(crowded, certs)
+    assert answers == [(200, f"review-{n}") for n in range(10)]
+    assert not_found == (404, "Not found")
+
+
+async def status_port_refuses(server: StatusServer, certs: ServingCerts) -> bool:
+    """A new connection to the status port from an address of its own is closed unanswered."""
+    try:
+        reader, writer = await connect(server, certs, "127.0.4.1")
+    except (ConnectionError, ssl.SSLError):
+        return True
+
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        async with asyncio.timeout(5):
+            return await reader.read(1) == b""
+    except (ConnectionError, ssl.SSLError):
+        return True
+    finally:
+        writer.close()

@@ -111,6 +111,7 @@ def replica_config(config: Config, kubeconfig: Path, ports: list[int], **changes
         port=ports[0],
         metrics_port=ports[1],
         probe_port=ports[2],
+        webhook_port=0,
         **{**deployed, **changes},
     )
 

@@ -174,6 +174,7 @@ async def _run(options: DemoOptions, workdir: Path) -> int:
             port=0,
             metrics_port=0,
             probe_port=0,
+            webhook_port=0,
             tls_cert_file=workdir / "tls.crt",
             tls_key_file=workdir / "tls.key",
             kubeconfig=cluster.kubeconfig_path,

@@ -92,6 +92,7 @@ def server_config(kubeconfig: Path, certs: ServingCerts, **changes: Any) -> Conf
         port=0,
         metrics_port=0,
         probe_port=0,
+        webhook_port=0,
         tls_cert_file=certs.cert_file,
         tls_key_file=certs.key_file,
         tls_reload_interval=0.05,

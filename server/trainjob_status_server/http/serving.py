@@ -69,13 +69,14 @@ def _unquote_segment(value: str) -> str:
 
 
 class ServingHandler:
-    """``status`` answers POSTs to the status path; ``gets`` (also asked with HEAD) and
-    ``posts`` are the other routes by exact path. Requests for the paths in
-    ``uncounted`` are logged but neither counted nor timed as status posts."""
+    """``status`` answers POSTs to the status path (None: a 404 like any unknown path);
+    ``gets`` (also asked with HEAD) and ``posts`` are the other routes by exact path.
+    Requests for the paths in ``uncounted`` are logged but neither counted nor timed as
+    status posts."""
 
     def __init__(
         self,
-        status: StatusHandler,
+        status: StatusHandler | None,
         *,
         gets: Mapping[str, Handler],
         posts: Mapping[str, Handler] | None = None,
@@ -96,7 +97,7 @@ class ServingHandler:
         handling: Handling | None = None  # the route's handler, not started yet
         if method == hdrs.METH_POST:
             target = status_target(path)
-            if target is not None:
+            if target is not None and self.status is not None:
                 handling = self.status(request, *target)
             elif (handler := self.posts.get(path)) is not None:
                 handling = handler(request)
