@@ -25,7 +25,7 @@ export TRAINJOB_STATUS_CACHE
 HELM_VERSION := $(shell awk '$$1 == "require" { $$1 = ""; $$0 = $$0 } $$1 == "helm.sh/helm/v4" { print $$2; exit }' tools/helm/go.mod)
 HELM := $(TRAINJOB_STATUS_CACHE)/helm/$(HELM_VERSION)/helm
 
-.PHONY: demo test lint typecheck unit client-py39 client-py39-run kube-assets trainer-assets real-tier-assets \
+.PHONY: demo hooks test lint typecheck unit client-py39 client-py39-run kube-assets trainer-assets real-tier-assets \
 	devcluster bench clean deploy-assets helm-bin crds
 
 $(SERVER_STAMP): client/pyproject.toml server/pyproject.toml plugin/pyproject.toml devcluster/pyproject.toml
@@ -42,6 +42,10 @@ $(STAMP): $(SERVER_STAMP) pyproject.toml
 # ARGS go to the demo: `make demo ARGS=--keep` keeps it running until Ctrl-C.
 demo: $(SERVER_STAMP)
 	$(BIN)/trainjob-devcluster demo $(ARGS)
+
+# Git runs tools/git-hooks/commit-msg on each commit: subjects of at most 72 characters.
+hooks:
+	git config core.hooksPath tools/git-hooks
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
