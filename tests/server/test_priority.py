@@ -22,7 +22,6 @@ from trainjob_status_server.status.priority import (
     classify,
     fair_round,
     is_final,
-    progress_of,
     terminal_states,
     turned_terminal,
 )
@@ -56,10 +55,10 @@ def stored(progress: int | None = None, written: float | None = None) -> dict[st
 # -- classes ----------------------------------------------------------------------------
 
 
-def test_progress_is_read_from_the_encoded_update_however_it_was_parsed() -> None:
+def test_progress_travels_as_a_field_of_the_encoded_update_however_it_was_parsed() -> None:
     plain = encoded({"progressPercentage": 100, "lastUpdatedTime": stamp(-1)})
     assert json.loads(plain.json)["progressPercentage"] == 100
-    assert progress_of(plain) == 100
+    assert plain.progress == 100
     assert is_final(plain)
     # A body the plain path leaves to the checked one (a quote in a metric's value), its
     # keys in another order.
@@ -70,10 +69,10 @@ def test_progress_is_read_from_the_encoded_update_however_it_was_parsed() -> Non
             "progressPercentage": 7,
         }
     )
-    assert progress_of(checked) == 7
+    assert checked.progress == 7
     assert not is_final(checked)
-    assert progress_of(encoded({"estimatedRemainingSeconds": 3})) is None
-    assert progress_of(encoded({"progressPercentage": 0})) == 0
+    assert encoded({"estimatedRemainingSeconds": 3}).progress is None
+    assert encoded({"progressPercentage": 0}).progress == 0
 
 
 def test_an_update_reaching_100_is_final_once() -> None:

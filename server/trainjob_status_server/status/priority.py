@@ -39,7 +39,6 @@ __all__ = [
     "classify",
     "fair_round",
     "is_final",
-    "progress_of",
     "terminal_states",
     "turned_terminal",
 ]
@@ -49,25 +48,10 @@ __all__ = [
 # controller's states; Created is not one of them).
 TERMINAL_CONDITIONS = frozenset({"Complete", "Failed", "Suspended"})
 
-# ``EncodedStatus.json`` is compact JSON whose first key, when present, is
-# progressPercentage (validation writes to_json()'s key order): read without parsing.
-_PROGRESS_HEAD = b'{"progressPercentage":'
-
-
-def progress_of(update: EncodedStatus) -> int | None:
-    """The update's ``progressPercentage`` (None when it has none)."""
-    text = update.json
-    if not text.startswith(_PROGRESS_HEAD):
-        return None
-    start = len(_PROGRESS_HEAD)
-    end = text.find(b",", start)
-    digits = text[start:end] if end != -1 else text[start:-1]
-    return int(digits) if digits.isdigit() else None
-
 
 def is_final(update: EncodedStatus) -> bool:
     """Whether ``update`` says the training is done (100%): never coalesced away."""
-    return progress_of(update) == 100
+    return update.progress == 100
 
 
 def stored_progress(obj: Mapping[str, Any] | None) -> int | None:
@@ -97,7 +81,7 @@ def classify(
 ) -> UpdateClass:
     """The class of writing ``update`` over ``stored`` (the TrainJob as last known);
     ``after_terminal``: nothing was written since the TrainJob turned terminal."""
-    progress = progress_of(update)
+    progress = update.progress
     before = stored_progress(stored)
     if after_terminal or (progress == 100 and before != 100):
         return UpdateClass.FINAL

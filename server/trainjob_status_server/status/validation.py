@@ -312,7 +312,7 @@ class TrainerStatus:
                 None if self._metrics is None else _metrics_json(self._metrics),
                 format_time(self.last_updated_time),
             )
-        return EncodedStatus(self.last_updated_time, text, received)
+        return EncodedStatus(self.last_updated_time, text, received, self.progress_percentage)
 
 
 def _fill(
@@ -362,6 +362,7 @@ class EncodedStatus:
     last_updated_time: datetime  # aware, UTC
     json: bytes  # what the writer sends and the post is answered with, as it is
     received: datetime  # aware
+    progress: int | None = None  # its progressPercentage: what the write order reads
 
 
 # A JSON string literal as json.dumps writes it by default (ASCII, escapes included): the

@@ -61,7 +61,6 @@ from .priority import (
     classify,
     fair_round,
     is_final,
-    progress_of,
     turned_terminal,
 )
 from .validation import EncodedStatus
@@ -493,7 +492,7 @@ class CoalescingWriter:
                 "update lost at shutdown",
                 extra={
                     "trainjob": "/".join(key),
-                    "progress": progress_of(held.update),
+                    "progress": held.update.progress,
                     "accepted_s_ago": round(now - held.accepted_at, 3),
                     "in_flight": key in self._in_flight,
                 },
