@@ -260,3 +260,23 @@ def test_refusals_are_logged_at_once_then_summarised_per_interval(
         ("connections refused", {PER_ADDRESS: 500, TOTAL: 2}, "10.0.0.3"),
     ]
     assert all(r.levelno == logging.WARNING for r in caplog.records)
+
+
+def test_room_for_says_what_admit_would_do_and_closes_nothing() -> None:
+    seen = Recorded()
+    slots = seen.slots(3, 3)
+    busy = admitted(slots, "10.0.0.1")
+    idle = admitted(slots, "10.0.0.1", idle=True)
+    other = admitted(slots, "10.0.0.2")
+    # Full; an address holding two more than a newcomer's has an idle connection.
+    assert slots.room_for("10.0.0.9")
+    # 10.0.0.2 holds one: 10.0.0.1 holds only one more, so no room for it.
+    assert not slots.room_for("10.0.0.2")
+    assert (seen.evicted, busy.evicted, idle.evicted, other.evicted) == ([], False, False, False)
+    idle.idle = False
+    # Nothing may go now: no room for anyone, as admit finds.
+    assert not slots.room_for("10.0.0.9")
+    assert slots.admit(Connection(), "10.0.0.9") == TOTAL
+    idle.idle = True
+    assert slots.admit(Connection(), "10.0.0.9") is None
+    assert (seen.evicted, idle.evicted) == ([IDLE_EVICTED], True)

@@ -112,6 +112,16 @@ class Slots:
         """Connections from ``address`` whose first request's headers are not in."""
         return sum(1 for o in self._by_address.get(address, ()) if o in self._fresh)
 
+    def room_for(self, address: str) -> bool:
+        """Whether a newcomer from ``address`` would be admitted now: a free slot, or a
+        connection these rules would close for it (nothing is closed)."""
+        if self.count(address) >= self.max_per_address and self._victim(address, 0) is None:
+            return False
+        return (
+            len(self._address) < self.max_total
+            or self._victim(None, self.count(address) + 2) is not None
+        )
+
     def admit(self, occupant: Occupant, address: str) -> str | None:
         """Takes a slot for ``occupant`` (fresh); the reason it may not have one otherwise."""
         if self.count(address) >= self.max_per_address and not self._make_room(address):
