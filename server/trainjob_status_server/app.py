@@ -206,11 +206,14 @@ class StatusServer:
 
     # -- lifecycle -------------------------------------------------------------------
 
+    def _serving_url(self, site: CappedSite) -> str:
+        scheme = "http" if self.tls is None else "https"
+        return f"{scheme}://{_url_host(self.config.host)}:{site.port}"
+
     @property
     def url(self) -> str:
         assert self._site is not None
-        scheme = "http" if self.tls is None else "https"
-        return f"{scheme}://{_url_host(self.config.host)}:{self._site.port}"
+        return self._serving_url(self._site)
 
     @property
     def metrics_url(self) -> str:
@@ -221,10 +224,7 @@ class StatusServer:
     @property
     def webhook_url(self) -> str | None:
         """The webhook port's URL; None without the pod injector (``--no-inject-pods``)."""
-        if self._webhook_site is None:
-            return None
-        scheme = "http" if self.tls is None else "https"
-        return f"{scheme}://{_url_host(self.config.host)}:{self._webhook_site.port}"
+        return None if self._webhook_site is None else self._serving_url(self._webhook_site)
 
     @property
     def probe_url(self) -> str:
@@ -266,6 +266,34 @@ class StatusServer:
         await site.start()
         return site
 
+    async def _serve(
+        self, handler: ServingHandler, port: int, listener: str
+    ) -> tuple[web.ServerRunner, CappedSite]:
+        """``handler`` served on ``port`` as the status port is: the serving certificate,
+        its protocol settings and its connection caps (slots of its own, of that size)."""
+        config = self.config
+        settings: dict[str, Any] = {
+            **QUIET,
+            "keepalive_timeout": config.idle_timeout,
+            "lingering_time": LINGER_SECONDS,
+            # Bodies are decoded by the endpoint (http/codings.py): a bad one is a 400.
+            "auto_decompress": False,
+        }
+        runner = web.ServerRunner(
+            web.Server(handler, **settings),
+            handle_signals=False,
+            shutdown_timeout=config.shutdown_timeout,
+        )
+        site = await self._listen(
+            runner,
+            port,
+            None if self.tls is None else self.tls.context,
+            (config.max_connections, config.max_connections_per_ip),
+            listener,
+            handler_settings=settings,
+        )
+        return runner, site
+
     def _metrics_tls(self) -> ssl.SSLContext | None:
         if not self.config.metrics_secure:
             return None
@@ -301,40 +329,13 @@ class StatusServer:
                 self.exporter.add_cache(self.token_auth.binding.pods)
         if self.tls is not None:
             await self.tls.start()
-        serving_settings: dict[str, Any] = {
-            **QUIET,
-            "keepalive_timeout": config.idle_timeout,
-            "lingering_time": LINGER_SECONDS,
-            # Bodies are decoded by the endpoint (http/codings.py): a bad one is a 400.
-            "auto_decompress": False,
-        }
-        self._serving = web.ServerRunner(
-            web.Server(self.serving_handler(), **serving_settings),
-            handle_signals=False,
-            shutdown_timeout=config.shutdown_timeout,
-        )
-        self._site = await self._listen(
-            self._serving,
-            config.port,
-            None if self.tls is None else self.tls.context,
-            (config.max_connections, config.max_connections_per_ip),
-            "serving",
-            handler_settings=serving_settings,
+        self._serving, self._site = await self._serve(
+            self.serving_handler(), config.port, "serving"
         )
         if self.injector is not None:
             # Slots of its own: a crowd on the status port cannot hold admissions back.
-            self._webhook = web.ServerRunner(
-                web.Server(self.webhook_handler(), **serving_settings),
-                handle_signals=False,
-                shutdown_timeout=config.shutdown_timeout,
-            )
-            self._webhook_site = await self._listen(
-                self._webhook,
-                config.webhook_port,
-                None if self.tls is None else self.tls.context,
-                (config.max_connections, config.max_connections_per_ip),
-                "webhook",
-                handler_settings=serving_settings,
+            self._webhook, self._webhook_site = await self._serve(
+                self.webhook_handler(), config.webhook_port, "webhook"
             )
         self._metrics = web.AppRunner(self.metrics_app(), **QUIET, handle_signals=False)
         self._metrics_site = await self._listen(

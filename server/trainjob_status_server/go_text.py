@@ -3,8 +3,9 @@ read as a real API server's or kubectl's byte for byte (validation errors quote 
 values with the first two; ``kubectl trainjob`` and the development cluster's tables show
 ages and ETAs with the third).
 
-The one implementation in the project: the development cluster builds its other Go
-renderings (``%#v``, encoding/json floats) on these.
+The development cluster keeps its own (``trainjob_devcluster.common.go_text``): it is the
+reference these validation messages are compared with, so neither leans on the other;
+``tests/devcluster/test_go_text.py`` holds both to the same facts.
 """
 
 from __future__ import annotations
