@@ -2,8 +2,8 @@
 serving port that do not move (connected and silent; through TLS and silent; dripping a
 request head a byte every half second; idle after one request; a whole head of an
 admission review or a status post, then its body a byte a second), each reopened the moment the server
-closes it, while another address sends valid status posts and admission reviews, each
-on a new connection. Prints, for each kind of crowd, the share of posts answered 200
+closes it, while another address sends valid status posts and admission reviews (to the
+webhook's port, as the API server does), each on a new connection. Prints, for each kind of crowd, the share of posts answered 200
 within ``--deadline`` seconds, their latency, and the share of reviews answered.
 
 The server runs with its default connection limits (``--max-connections`` 1,024,
@@ -165,6 +165,10 @@ def run_kind(
 ) -> None:
     server = stack.server
     host, port = server.url.removeprefix("https://").rsplit(":", 1)
+    # Admissions go where the API server sends them: the webhook's own port (a checkout
+    # from before it, run through PYTHONPATH to compare, has them on the status port).
+    webhook_url = getattr(server, "webhook_url", None) or server.url
+    webhook_port = int(webhook_url.rsplit(":", 1)[1])
     sources = [f"127.0.3.{a + 1}" for a in range(args.addresses) for _ in range(args.per_address)]
     tls = certs.client_context()
     before = evictions(server.metrics_url)
@@ -193,7 +197,7 @@ def run_kind(
                 )
             )
             if len(reviews) < args.reviews and i % step == 0:
-                reviews.append(send(int(port), tls, "/mutate-pods", review(i), args.deadline))
+                reviews.append(send(webhook_port, tls, "/mutate-pods", review(i), args.deadline))
         churn = evictions(server.metrics_url) - before
         children.stop(child)
     served = sorted(t for t in posts if t is not None)

@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from .auth import Authenticator, TokenAuthenticator
+from .auth.peers import PeerGate
 from .auth.ratelimit import SourceLimiter
 from .budgets import Budgets
 from .certificates import certs
@@ -28,6 +29,7 @@ from .certificates.tls import ReloadingTLS
 from .config import Config
 from .http import probes
 from .http.endpoint import StatusEndpoint
+from .http.handover import HANDOVER_PATH, HandOverEndpoint
 from .http.listener import CappedSite, Limits
 from .http.metricsauth import REVIEWS_PER_SOURCE as METRICS_REVIEWS_PER_SOURCE
 from .http.metricsauth import MetricsGuard, VerdictCache
@@ -41,6 +43,8 @@ from .kube.ratelimit import TokenBucket
 from .kube.resources import TRAINJOBS
 from .kube.views import trainjob_view
 from .metrics.exporter import Exporter
+from .peers.handover import HandOver
+from .peers.ring import Peer
 from .pods.cadistribution import CADistribution
 from .pods.injection import Selector, Target
 from .status.coalescing import writes_in_flight
@@ -115,6 +119,20 @@ class StatusServer:
             if config.distribute_ca and config.ca_path is not None
             else None
         )
+        # The replicas that take what a stopping one could not write (coalescing only:
+        # a direct write is done before its post is answered).
+        self.handover = (
+            HandOver(
+                self.kube,
+                namespace=config.service_namespace,
+                service=config.service_name,
+                own=None if config.pod_ip is None else Peer(config.pod_ip, config.port),
+                token_file=config.peer_token_file,
+                ca_file=config.ca_path,
+            )
+            if config.write_mode != "direct"
+            else None
+        )
         self.writer: CoalescingWriter | DirectWriter = (
             DirectWriter(self.budgets.writes)
             if config.write_mode == "direct"
@@ -126,7 +144,19 @@ class StatusServer:
                 concurrency=writes_in_flight(config.kube_api_burst),
                 target_freshness=config.target_freshness,
                 drain_qps=config.drain_kube_api_qps,
+                successors=self.handover,
             )
+        )
+        # Updates a stopping replica hands over, checked as its token says (posts' tokens'
+        # checks: only with token authentication).
+        self.takeover = (
+            HandOverEndpoint(
+                PeerGate(self.token_auth, config.service_namespace, config.service_account),
+                self.writer,
+                config.read_timeout,
+            )
+            if isinstance(self.writer, CoalescingWriter) and self.token_auth is not None
+            else None
         )
         self.endpoint = StatusEndpoint(
             authenticator=authenticator,
@@ -174,11 +204,14 @@ class StatusServer:
 
     def serving_handler(self) -> ServingHandler:
         """The serving port's routes. Its answers are responses.Answer: no Server header."""
+        posts = {} if self.injector is None else {INJECT_PATH: self.injector.handle}
+        if self.takeover is not None:
+            posts[HANDOVER_PATH] = self.takeover.handle
         return ServingHandler(
             self.endpoint.handle,
             gets={"/healthz": self._healthz, "/readyz": self._readyz},
-            posts={} if self.injector is None else {INJECT_PATH: self.injector.handle},
-            uncounted=("/healthz", "/readyz", INJECT_PATH),
+            posts=posts,
+            uncounted=("/healthz", "/readyz", INJECT_PATH, HANDOVER_PATH),
         )
 
     def webhook_handler(self) -> ServingHandler:
@@ -317,6 +350,10 @@ class StatusServer:
         if self.ca_distribution is not None:
             await self.ca_distribution.start()
         self.exporter.start()
+        if self.handover is not None:
+            await self.handover.start()
+            if self.handover.watching:
+                self.exporter.add_cache(self.handover.endpoints)
         await self.writer.start()
         if self.token_auth is not None:
             # Returns at once; `ready` follows.
@@ -379,6 +416,8 @@ class StatusServer:
                 await self._serving.cleanup()
         finally:
             await drained
+        if self.handover is not None:
+            await self.handover.stop()
         if self._webhook is not None:
             # Admissions are answered until the status port has drained: pods created
             # meanwhile still get their variables.

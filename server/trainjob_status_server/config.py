@@ -87,6 +87,10 @@ class Config:
     cert_secret: str = "trainjob-status-tls"
     webhook_configuration: str = "trainjob-status"
     cert_check_interval: float = 300.0
+    # Hand-over at shutdown: what the drain cannot write goes to a replica that stays.
+    pod_ip: str | None = None
+    service_account: str = "trainjob-status"
+    peer_token_file: Path | None = Path("/var/run/secrets/trainjob-status/peer/token")
     # Start with an aiohttp outside the tested range (versions.AIOHTTP_RANGE).
     allow_untested_aiohttp: bool = False
 
@@ -421,6 +425,26 @@ _FLAGS = (
         "MutatingWebhookConfiguration whose caBundle the bootstrap keeps current ('' for none)",
     ),
     _Flag("cert_check_interval", float, "seconds between certificate checks (renewal, caBundle)"),
+    _Flag(
+        "pod_ip",
+        str,
+        "this replica's Pod IP (the Downward API's status.podIP): tells its own endpoint"
+        " from the other replicas' in the Service's EndpointSlices",
+    ),
+    _Flag(
+        "service_account",
+        str,
+        "the server's ServiceAccount (in --service-namespace): a replica takes handed-over"
+        " updates only from a token of this account",
+    ),
+    _Flag(
+        "peer_token_file",
+        _path,
+        "a projected token of --service-account for the audience"
+        " trainjob-status.kubeflow.org/peers: what this replica proves itself with when it"
+        " hands the updates its drain could not write to a replica that stays; no such"
+        " file: no hand-over",
+    ),
 )
 
 # Switches: --name turns on, --no-name off; the environment takes true/false.

@@ -3,7 +3,8 @@ devcluster, and the server started exactly as its Deployment's container would b
 
 What kubelet and the cluster would provide is stood in for, and nothing else: every
 absolute path the container names (args, env values, volume mounts) lives under one
-temporary root, ``fieldRef`` values come from the pod's metadata, and the in-cluster
+temporary root, ``fieldRef`` values come from the pod's metadata, a projected token is
+requested for its audience as kubelet requests it, and the in-cluster
 API access is a kubeconfig holding the Deployment's ServiceAccount token (given as
 ``TRAINJOB_STATUS_KUBECONFIG``, the only variable the Deployment does not set). The
 command is the image's ENTRYPOINT from the Dockerfile followed by the container's args.
@@ -45,6 +46,7 @@ APPLIED = {
     ),
 }
 POD_NAME = "trainjob-status-5d9c7b6f4-x2x7q"
+POD_IP = "127.0.0.1"
 
 
 def entrypoint() -> list[str]:
@@ -126,7 +128,12 @@ class Container:
         return [str(executable), *rest, *(under(root, a) for a in self.spec.get("args") or [])]
 
     def environment(self, root: Path) -> dict[str, str]:
-        meta = {"metadata.namespace": self.namespace, "metadata.name": POD_NAME}
+        meta = {
+            "metadata.namespace": self.namespace,
+            "metadata.name": POD_NAME,
+            "status.podIP": POD_IP,
+            "spec.serviceAccountName": self.service_account,
+        }
         env: dict[str, str] = {}
         for entry in self.spec.get("env") or []:
             if "value" in entry:
@@ -137,9 +144,23 @@ class Container:
             env[entry["name"]] = meta[source["fieldRef"]["fieldPath"]]
         return env
 
-    def make_mounts(self, root: Path) -> None:
+    def make_mounts(self, root: Path, cluster: DevCluster) -> None:
+        """Each mount's folder; a projected volume's tokens in it, as kubelet writes them."""
+        volumes = {v["name"]: v for v in self.deployment["spec"]["template"]["spec"]["volumes"]}
         for mount in self.spec.get("volumeMounts") or []:
-            (root / mount["mountPath"].lstrip("/")).mkdir(parents=True, exist_ok=True)
+            folder = root / mount["mountPath"].lstrip("/")
+            folder.mkdir(parents=True, exist_ok=True)
+            projected = volumes[mount["name"]].get("projected") or {}
+            for source in projected.get("sources") or []:
+                request = source["serviceAccountToken"]
+                token = cluster.request_token(
+                    self.namespace,
+                    self.service_account,
+                    [request["audience"]],
+                    pod=None,
+                    expiration_seconds=request["expirationSeconds"],
+                )
+                (folder / request["path"]).write_text(token)
 
     def probe(self, kind: str) -> tuple[int, str]:
         """(port, path) of the container's HTTP probe ``kind`` (e.g. readinessProbe)."""
@@ -173,7 +194,7 @@ class RunningServer:
 
 def start(cluster: DevCluster, container: Container, root: Path) -> RunningServer:
     """Run the container's command with its environment, as its ServiceAccount."""
-    container.make_mounts(root)
+    container.make_mounts(root, cluster)
     token = cluster.request_token(
         container.namespace, container.service_account, [cluster.issuer], pod=None
     )

@@ -79,6 +79,10 @@ WEBHOOK_CA_RULES = [
         "verbs": ["get", "patch"],
     }
 ]
+# The other replicas, for the hand-over at shutdown: the Service's EndpointSlices.
+PEER_RULES = [
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}
+]
 TOKEN_REVIEW_RULES = [
     {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}
 ]
@@ -102,7 +106,10 @@ def expected_roles(
 ) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Every role an overlay with ``components`` grants the server, with its rules:
     nothing else (``secure``: it serves secure metrics)."""
-    roles = {("ClusterRole", "trainjob-status"): CORE_RULES}
+    roles = {
+        ("ClusterRole", "trainjob-status"): CORE_RULES,
+        ("Role", "trainjob-status-peers"): PEER_RULES,
+    }
     if secure:
         roles[("ClusterRole", "trainjob-status-metrics-auth")] = METRICS_AUTH_RULES
     if "cert-manager" not in components:

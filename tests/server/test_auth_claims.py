@@ -325,6 +325,7 @@ def test_codes_by_reason() -> None:
         "no_token": 401,
         "not_member": 403,
         "not_owned": 403,
+        "not_peer": 403,
         "not_yet_valid": 401,
         "pod_gone": 401,
         "pod_uid": 401,

@@ -131,6 +131,15 @@ def default_resources() -> list[ResourceType]:
             categories=("all",),
             subresources=("status",),
         ),
+        # A Service's endpoints (no controller here: a test lists them itself).
+        ResourceType(
+            group="discovery.k8s.io",
+            version="v1",
+            kind="EndpointSlice",
+            plural="endpointslices",
+            singular="endpointslice",
+            namespaced=True,
+        ),
         ResourceType(
             group="authentication.k8s.io",
             version="v1",

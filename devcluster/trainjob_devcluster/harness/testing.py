@@ -47,9 +47,15 @@ def free_port() -> int:
 # -- certificates -------------------------------------------------------------------------
 
 
+SERVICE_NAME = "trainjob-status.trainjob-status.svc"
+"""The Service name of the default configuration (its name in its namespace)."""
+
+
 @dataclass
 class ServingCerts:
-    """A CA of its own and a serving pair for localhost / 127.0.0.1 in two PEM files."""
+    """A CA of its own and a serving pair for localhost / 127.0.0.1 in two PEM files,
+    also named as the default Service (``SERVICE_NAME``): the name replicas check in each
+    other's certificate when one hands updates to another."""
 
     ca: CertificateAuthority
     cert_file: Path
@@ -70,7 +76,7 @@ class ServingCerts:
 
     def rotate(self) -> bytes:
         """Write a fresh pair in place; returns the new certificate PEM."""
-        cert, key = self.ca.issue_server_cert(["localhost"], ["127.0.0.1"])
+        cert, key = self.ca.issue_server_cert(["localhost", SERVICE_NAME], ["127.0.0.1"])
         self.key_file.write_bytes(key)
         self.cert_file.write_bytes(cert)
         return cert

@@ -29,6 +29,9 @@ from .failures import AuthFailure
 
 SUBJECT_PREFIX = "system:serviceaccount:"
 
+PEER_AUDIENCE = "trainjob-status.kubeflow.org/peers"
+"""The audience of the token a replica hands updates over with (``check_peer``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class TokenFacts:
@@ -168,3 +171,18 @@ def check_facts(
             raise AuthFailure(failures.CLAIMS)
         if not allow_unbound:
             raise AuthFailure(failures.NO_POD)
+
+
+def check_peer(
+    facts: TokenFacts, *, issuer: str | None, subject: str, now: float, leeway: float
+) -> None:
+    """Raise AuthFailure unless ``facts`` are those of another replica's token: the
+    cluster ``issuer`` (None: not checked, as in ``check_facts``), valid at ``now``, for
+    ``PEER_AUDIENCE``, of the server's own account ``subject``."""
+    if issuer is not None and facts.issuer != issuer:
+        raise AuthFailure(failures.ISSUER)
+    check_times(facts, now, leeway)
+    if PEER_AUDIENCE not in facts.audiences:
+        raise AuthFailure(failures.AUDIENCE)
+    if facts.subject != subject:
+        raise AuthFailure(failures.NOT_PEER)

@@ -34,8 +34,9 @@ NAMESPACE = "namespace"  # kubernetes.io.namespace is not the URL's namespace
 NO_POD = "no_pod"  # no kubernetes.io.pod binding (refused unless --allow-unbound-tokens)
 NOT_MEMBER = "not_member"  # the pod's jobset-name label is not this TrainJob
 NOT_OWNED = "not_owned"  # its Job, JobSet and TrainJob are not this TrainJob's, by uid
+NOT_PEER = "not_peer"  # a hand-over from a token of another account than the server's
 
-FORBIDDEN_REASONS = frozenset({AUDIENCE, NAMESPACE, NO_POD, NOT_MEMBER, NOT_OWNED})
+FORBIDDEN_REASONS = frozenset({AUDIENCE, NAMESPACE, NO_POD, NOT_MEMBER, NOT_OWNED, NOT_PEER})
 UNAUTHORIZED_REASONS = frozenset(
     {
         NO_TOKEN,

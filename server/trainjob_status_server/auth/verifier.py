@@ -38,7 +38,15 @@ from ..metrics.selfmetrics import AUTH_FAILURES, RATE_LIMITED
 from .authenticator import Identity
 from .bearer import bearer_token
 from .binding import PodBinding
-from .claims import TokenFacts, check_facts, check_times, parse_facts, unverified_claims
+from .claims import (
+    PEER_AUDIENCE,
+    TokenFacts,
+    check_facts,
+    check_peer,
+    check_times,
+    parse_facts,
+    unverified_claims,
+)
 from .failures import AuthFailure
 from .issuer import DISCOVERY_PATH, discover_issuer, own_token_issuer
 from .jwks import JWKS_ACCEPT, JWKS_PATH, KeyStore
@@ -345,6 +353,66 @@ class TokenAuthenticator:
                 # A review already asked for costs no more; a new one is the source's.
                 self._charge_source(source, namespace, trainjob)
             await self.reviewer.review(token, digest, audience, facts)
+            key = None
+        until = (facts.expires if facts.expires is not None else -1.0) + self.settings.leeway
+        entry = Verified(facts, key, until)
+        self.tokens.put(digest, entry, now)
+        return entry
+
+    # -- hand-overs between replicas -------------------------------------------------------
+
+    async def authenticate_peer(self, authorization: str | None, subject: str, source: str) -> None:
+        """Return when the bearer token is another replica's (``claims.check_peer`` for
+        the server's account ``subject``); otherwise raise as ``authenticate`` does. Its
+        signature is verified as a post's token is (offline, or by TokenReview after its
+        claims passed and its source paid), and cached alike."""
+        if not (self._open or self._opened()):
+            raise Unavailable()
+        try:
+            token = bearer_token(authorization)
+            digest = hashlib.sha256(token.encode()).digest()
+            now = self._clock()
+            entry = self.tokens.get(digest, now)
+            keys = self.keys
+            if entry is None or (
+                entry.key is not None and (keys is None or entry.key not in keys.keys)
+            ):
+                entry = await self._verify_peer(token, digest, subject, now, source)
+            check_peer(
+                entry.facts,
+                issuer=self.issuer,
+                subject=subject,
+                now=now,
+                leeway=self.settings.leeway,
+            )
+        except AuthFailure as failure:
+            AUTH_FAILURES.labels(reason=failure.reason).inc()
+            log.info(
+                "hand-over refused",
+                extra={"reason": failure.reason, "code": failure.code, "source": source},
+            )
+            raise
+
+    async def _verify_peer(
+        self, token: str, digest: bytes, subject: str, now: float, source: str
+    ) -> Verified:
+        if self.signatures is not None:
+            claims, key = await self.signatures.verify(token)
+            facts = parse_facts(claims)
+        else:
+            assert self.reviewer is not None  # TokenReview mode once started
+            allowed_algorithm(header_of(token))
+            facts = parse_facts(unverified_claims(token))
+            check_peer(
+                facts, issuer=self.issuer, subject=subject, now=now, leeway=self.settings.leeway
+            )
+            self.reviewer.check_refused(digest)
+            if not self.reviewer.asking(digest):
+                wait = self.sources.take(source)
+                if wait is not None:
+                    RATE_LIMITED.inc()
+                    raise RateLimited(wait)
+            await self.reviewer.review(token, digest, PEER_AUDIENCE, facts)
             key = None
         until = (facts.expires if facts.expires is not None else -1.0) + self.settings.leeway
         entry = Verified(facts, key, until)

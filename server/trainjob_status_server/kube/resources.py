@@ -61,6 +61,8 @@ MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
     "mutatingwebhookconfigurations",
     "MutatingWebhookConfiguration",
 )
+# The Service's endpoints: the other replicas (peers/handover.py).
+ENDPOINTSLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
 # What the Trainer turns a TrainJob into (same name); its replicated jobs carry the
 # ``trainer.kubeflow.org/trainjob-ancestor-step`` label the pods themselves lack.
 JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")

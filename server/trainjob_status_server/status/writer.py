@@ -13,7 +13,10 @@ follows it. Decisions live in ``coalescing.py``, ``priority.py`` and ``advice.py
 On SIGTERM (``stop``) it takes no new update (``ShuttingDown``: the post is answered 503
 and retried on another replica) and writes what it holds, final updates first, at the
 drain budget (``drain_qps``, above the steady one: a rolling update must not lose what
-was answered 200); what the drain could not write is logged per TrainJob and counted.
+was answered 200). With other replicas ready (``successors``), the drain keeps its last
+``HANDOVER_SECONDS`` to hand what it could not write to them (``peers/handover.py``),
+and they write it (``adopt``); with none, the drain has all its time. What is still left
+is logged per TrainJob and counted.
 
 ``DirectWriter``: one server-side apply per post, answered with the write's outcome, as
 Kubeflow Trainer's status server does; the benchmarks' baseline (``--write-mode direct``).
@@ -27,7 +30,8 @@ import datetime as dt
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 from ..failures import (
     Failure,
@@ -69,6 +73,27 @@ log = logging.getLogger(__name__)
 
 # Conflicts retried at once before backing off: another writer changed the object.
 _QUICK_CONFLICT_RETRIES = 3
+
+_CANCELLED_WRITES_SECONDS = 1.0
+
+HANDOVER_SECONDS = 2.0
+"""The end of the drain kept for handing what is left to the replicas that stay (at
+most half the drain): one or two requests on the cluster's network."""
+
+
+class Successors(Protocol):
+    """The replicas that take over what a stopping one could not write:
+    ``peers.handover.HandOver``."""
+
+    def successors(self) -> Sequence[object]:
+        """The replicas that would take updates now (none: the drain has all its time)."""
+        ...
+
+    async def hand_over(
+        self, updates: Sequence[tuple[Key, EncodedStatus]], seconds: float
+    ) -> set[Key]:
+        """Hand ``updates`` over within ``seconds``; the TrainJobs whose updates were taken."""
+        ...
 
 
 class DirectWriter:
@@ -137,9 +162,11 @@ class CoalescingWriter:
         target_freshness: float | None = None,
         advice_window: float = WINDOW_SECONDS,
         drain_qps: float | None = None,
+        successors: Successors | None = None,
     ) -> None:
         self.kube = kube
         self.drain_qps = drain_qps
+        self.successors = successors
         self.trainjobs = trainjobs
         self.min_interval = min_interval
         self.concurrency = concurrency
@@ -176,6 +203,14 @@ class CoalescingWriter:
         if self._draining:
             raise ShuttingDown()
         self.submit((namespace, name), update)
+
+    def adopt(self, updates: Sequence[tuple[Key, EncodedStatus]]) -> None:
+        """Take updates a stopping replica handed over (in their order), as if posted
+        here; none once this replica stops too (``ShuttingDown``)."""
+        if self._draining:
+            raise ShuttingDown()
+        for key, update in updates:
+            self.submit(key, update)
 
     def submit(self, key: Key, update: EncodedStatus) -> None:
         now = self.clock()
@@ -457,8 +492,9 @@ class CoalescingWriter:
 
     async def stop(self, drain_seconds: float) -> None:
         """Take no new update; write what is pending (minimum intervals waived, retries
-        kept, at ``drain_qps``) for at most ``drain_seconds``, then stop; what is left is
-        logged per TrainJob and counted."""
+        kept, at ``drain_qps``) for at most ``drain_seconds``, the last
+        ``HANDOVER_SECONDS`` of them kept for handing what is left to the replicas that
+        stay; then stop. What is still left is logged per TrainJob and counted."""
         self._draining = True
         if self.drain_qps is not None:
             self.kube.budget.raise_to(self.drain_qps, max(1, int(self.drain_qps)))
@@ -469,32 +505,63 @@ class CoalescingWriter:
                 since = self._dirty_since.get(key, pending.accepted_at)
                 self._schedule.push(key, self.clock(), pending.update_class, since)
         self._wake.set()
+        handing = self.successors is not None and bool(self.successors.successors())
+        reserve = min(HANDOVER_SECONDS, drain_seconds / 2) if handing else 0.0
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._settled.wait(), drain_seconds)
-        self._count_lost()
-        tasks = [t for t in (self._dispatcher, self._advising, *self._tasks) if t is not None]
-        for task in tasks:
+            await asyncio.wait_for(self._settled.wait(), drain_seconds - reserve)
+        # No new write from here; what is held now goes to the replicas that stay, those
+        # being written included (a write in flight may or may not be stored: handing it
+        # over too is harmless), then counts as lost if none took it.
+        loops = [t for t in (self._dispatcher, self._advising) if t is not None]
+        for task in loops:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self.trainjobs.remove_listener(self._on_trainjob)
+        await asyncio.gather(*loops, return_exceptions=True)
         self._dispatcher = None
         self._advising = None
+        held, writing = self._held(), set(self._in_flight)
+        if held and self.successors is not None and handing:
+            updates = [(key, p.update) for key, waiting in held.items() for p in waiting]
+            given = await self.successors.hand_over(updates, reserve)
+            held = {key: waiting for key, waiting in held.items() if key not in given}
+        self._count_lost(held, writing)
+        writes = list(self._tasks)
+        for task in writes:
+            task.cancel()
+        if writes:
+            # A cancelled write ends at once; none may hold the shutdown up.
+            await asyncio.wait(writes, timeout=_CANCELLED_WRITES_SECONDS)
+        self.trainjobs.remove_listener(self._on_trainjob)
 
-    def _count_lost(self) -> None:
-        """Log each TrainJob whose newest accepted update the drain did not write (what
-        it holds and since when), and count them."""
-        lost = sorted(set(self._pending) | set(self._in_flight) | set(self._following))
+    def _held(self) -> dict[Key, list[Pending]]:
+        """Every TrainJob's updates not yet written, each in the order it must be
+        written (being written, then pending, then waiting behind a final one), the
+        TrainJobs most awaited first (final updates, then by how long they wait)."""
+        held: dict[Key, list[Pending]] = {}
+        for source in (self._in_flight, self._pending, self._following):
+            for key, pending in source.items():
+                waiting = held.setdefault(key, [])
+                if pending not in waiting:
+                    waiting.append(pending)
+
+        def order(key: Key) -> tuple[int, float]:
+            first = held[key][0]
+            return (first.update_class.value, self._dirty_since.get(key, first.accepted_at))
+
+        return {key: held[key] for key in sorted(held, key=order)}
+
+    def _count_lost(self, lost: Mapping[Key, list[Pending]], writing: set[Key]) -> None:
+        """Log each TrainJob whose newest accepted update was neither written nor handed
+        over (what it holds and since when), and count them."""
         now = self.clock()
-        for key in lost:
-            # The newest accepted: behind a final one, else pending, else being written.
-            held = self._following.get(key) or self._pending.get(key) or self._in_flight[key]
+        for key in sorted(lost):
+            held = lost[key][-1]  # the newest accepted
             log.warning(
                 "update lost at shutdown",
                 extra={
                     "trainjob": "/".join(key),
                     "progress": held.update.progress,
                     "accepted_s_ago": round(now - held.accepted_at, 3),
-                    "in_flight": key in self._in_flight,
+                    "in_flight": key in writing,
                 },
             )
         if lost:

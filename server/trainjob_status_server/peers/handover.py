@@ -1,0 +1,226 @@
+"""The giving side of the hand-over: a stopping replica sends the accepted updates its
+drain could not write to the replicas that stay, which write them.
+
+The replicas are the ready endpoints of the server's Service (its EndpointSlices, listed
+and watched in the server's namespace), less this one (``--pod-ip`` on the serving
+port). Each TrainJob's updates go to the first replica of its ranking (``ring.ranked``),
+and to the next one if that one cannot take them (unreachable, or stopping too: 503);
+all of one TrainJob's updates travel together, in order. The sender proves itself with
+the projected token of ``--peer-token-file`` and checks the receiver's certificate
+against the serving CA under the Service's name. What no replica took before the
+deadline is left to the writer to count as lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Sequence
+from pathlib import Path
+
+import aiohttp
+
+from ..kube.cache import WatchCache
+from ..kube.client import KubeClient
+from ..kube.resources import ENDPOINTSLICES
+from ..metrics import selfmetrics
+from ..status.validation import EncodedStatus
+from .batch import HANDOVER_PATH, MAX_BATCH_BYTES, Handed, encode_batch, encoded_size
+from .ring import Key, Peer, ranked, ready_peers
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+JSON = "application/json"
+_BATCH_BYTES = MAX_BATCH_BYTES // 2  # what a sender puts in one batch, at most
+
+
+def _chunks(groups: Sequence[list[Handed]]) -> list[list[Handed]]:
+    """``groups`` (one TrainJob's updates each) packed into batches of at most
+    ``_BATCH_BYTES``, a TrainJob's updates never split."""
+    chunks: list[list[Handed]] = []
+    size = 0
+    for group in groups:
+        group_size = sum(encoded_size(h) for h in group)
+        if not chunks or size + group_size > _BATCH_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].extend(group)
+        size += group_size
+    return chunks
+
+
+class HandOver:
+    """Built from the config; ``start()`` lists the Service's endpoints, ``stop()``
+    closes. ``successors()`` are the replicas that would take updates now."""
+
+    def __init__(
+        self,
+        watch: KubeClient,
+        *,
+        namespace: str,
+        service: str,
+        own: Peer | None,
+        token_file: Path | None,
+        ca_file: Path | None,
+        timeout: float = 2.0,
+    ) -> None:
+        self.own = own
+        self.token_file = token_file
+        self.ca_file = ca_file
+        self.tls_name = f"{service}.{namespace}.svc"
+        self.timeout = timeout
+        self.endpoints = WatchCache(
+            watch,
+            ENDPOINTSLICES,
+            namespace=namespace,
+            label_selector=f"{SERVICE_NAME_LABEL}={service}",
+            optional=True,
+        )
+        self._session: aiohttp.ClientSession | None = None
+        self._watching = False
+
+    async def start(self) -> None:
+        """Watch the Service's endpoints, where this replica has a token to hand over
+        with (else it never hands over: its drain has all its time)."""
+        if self.token_file is None or not self.token_file.is_file():
+            log.info(
+                "no hand-over at shutdown: no peer token file",
+                extra={"path": None if self.token_file is None else str(self.token_file)},
+            )
+            return
+        self._watching = True
+        await self.endpoints.start()
+
+    async def stop(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        if self._watching:
+            self._watching = False
+            await self.endpoints.stop()
+
+    @property
+    def watching(self) -> bool:
+        """Whether the Service's endpoints are watched (a token to hand over with)."""
+        return self._watching
+
+    def successors(self) -> list[Peer]:
+        """The ready replicas of the Service but this one."""
+        return [peer for peer in ready_peers(self.endpoints.list()) if peer != self.own]
+
+    def _token(self) -> str | None:
+        """The projected token as it is now (kubelet rotates the file)."""
+        if self.token_file is None:
+            return None
+        try:
+            token = self.token_file.read_text().strip()
+        except OSError:
+            return None
+        return token or None
+
+    def _client(self) -> aiohttp.ClientSession | None:
+        if self._session is None:
+            if self.ca_file is None:
+                return None
+            try:
+                context = ssl.create_default_context(cafile=str(self.ca_file))
+            except (OSError, ssl.SSLError) as exc:
+                log.warning("hand-over impossible: the CA file", extra={"error": str(exc)})
+                return None
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context))
+        return self._session
+
+    async def hand_over(
+        self, updates: Sequence[tuple[Key, EncodedStatus]], seconds: float
+    ) -> set[Key]:
+        """Send ``updates`` (in order, several per TrainJob where one waits behind
+        another) to the replicas that stay, within ``seconds``; the TrainJobs whose
+        updates one took."""
+        by_key: dict[Key, list[Handed]] = {}
+        for key, update in updates:
+            by_key.setdefault(key, []).append(Handed(key[0], key[1], update))
+        if not by_key:
+            return set()
+        peers, token, client = self.successors(), self._token(), self._client()
+        if not peers or token is None or client is None:
+            log.warning(
+                "no replica to hand updates over to",
+                extra={
+                    "trainjobs": len(by_key),
+                    "replicas": len(peers),
+                    "token": token is not None,
+                    "ca": client is not None,
+                },
+            )
+            return set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        given: set[Key] = set()
+        rankings = {key: ranked(key, peers) for key in by_key}
+        failed: set[Peer] = set()
+        while loop.time() < deadline:
+            round_: dict[Peer, list[list[Handed]]] = {}
+            for key, group in by_key.items():
+                target = next((p for p in rankings[key] if p not in failed), None)
+                if key not in given and target is not None:
+                    round_.setdefault(target, []).append(group)
+            if not round_:
+                break
+            results = await asyncio.gather(
+                *(
+                    self._give(client, token, peer, groups, deadline)
+                    for peer, groups in round_.items()
+                )
+            )
+            for peer, (taken, whole) in zip(round_, results, strict=True):
+                given |= taken
+                if not whole:
+                    failed.add(peer)
+        return given
+
+    async def _give(
+        self,
+        client: aiohttp.ClientSession,
+        token: str,
+        peer: Peer,
+        groups: list[list[Handed]],
+        deadline: float,
+    ) -> tuple[set[Key], bool]:
+        """Send ``groups`` to ``peer`` in batches, each before ``deadline``: the
+        TrainJobs it took, and whether it took them all (if not, the rest goes to the
+        next replica)."""
+        taken: set[Key] = set()
+        loop = asyncio.get_running_loop()
+        for chunk in _chunks(groups):
+            left = min(self.timeout, deadline - loop.time())
+            if left <= 0:
+                return taken, False
+            try:
+                async with client.post(
+                    peer.url + HANDOVER_PATH,
+                    data=encode_batch(chunk),
+                    headers={"Authorization": f"Bearer {token}", "Content-Type": JSON},
+                    server_hostname=self.tls_name,
+                    timeout=aiohttp.ClientTimeout(total=left),
+                ) as answer:
+                    status = answer.status
+                    await answer.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                log.warning(
+                    "hand-over to a replica failed",
+                    extra={"replica": peer.url, "error": type(exc).__name__},
+                )
+                return taken, False
+            if status != 200:
+                log.warning(
+                    "hand-over refused by a replica", extra={"replica": peer.url, "code": status}
+                )
+                return taken, False
+            keys = {h.key for h in chunk}
+            taken |= keys
+            selfmetrics.HANDOVER_UPDATES.labels("given").inc(len(chunk))
+            log.info("updates handed over", extra={"replica": peer.url, "trainjobs": len(keys)})
+        return taken, True

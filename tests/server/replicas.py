@@ -1,0 +1,121 @@
+"""Replicas as the Deployment runs them, for the rolling-update and hand-over tests: a
+server run by ``serve`` until SIGTERM, its API reached through a link that is slow or
+down on demand."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest_asyncio
+from prometheus_client import REGISTRY
+
+from trainjob_devcluster.harness.acceptall import AcceptAll
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI
+from trainjob_status_server.config import Config
+from trainjob_status_server.running import serve_until_signalled
+
+from .conftest import GROUP, NS, ServingCerts, status_path, with_changes
+from .slowlink import SlowLink
+
+DIRTY = 150
+HANDED = "trainjob_status_handover_updates_total"
+LOST = "trainjob_status_updates_dropped_total"
+
+
+def update(progress: int, second: int) -> bytes:
+    return json.dumps(
+        {
+            "trainerStatus": {
+                "progressPercentage": progress,
+                "lastUpdatedTime": f"2026-12-01T10:00:{second:02d}Z",
+            }
+        }
+    ).encode()
+
+
+def stored_progress(kube_api: KubeAPI, name: str) -> int | None:
+    obj = kube_api.get("trainjobs", NS, name, GROUP)
+    assert obj is not None
+    status = (obj.get("status") or {}).get("trainerStatus") or {}
+    value = status.get("progressPercentage")
+    return value if isinstance(value, int) else None
+
+
+def lost_count() -> float:
+    return REGISTRY.get_sample_value(LOST, {"reason": "shutdown"}) or 0.0
+
+
+def handed_count(direction: str) -> float:
+    return REGISTRY.get_sample_value(HANDED, {"direction": direction}) or 0.0
+
+
+@pytest_asyncio.fixture
+async def link(kube_api: KubeAPI) -> AsyncIterator[SlowLink]:
+    """The API reached with 50 ms more each way on every chunk: a slow API server."""
+    async with SlowLink(kube_api.url, delay=0.05) as slow:
+        yield slow
+
+
+@pytest_asyncio.fixture
+async def session(certs: ServingCerts) -> AsyncIterator[aiohttp.ClientSession]:
+    connector = aiohttp.TCPConnector(ssl=certs.client_context())
+    async with aiohttp.ClientSession(connector=connector) as client:
+        yield client
+
+
+class Replica:
+    """A server run as the Deployment runs it (``serve``, until SIGTERM), at the default
+    write budget."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.url = f"https://127.0.0.1:{config.port}"
+        self.metrics_url = f"http://127.0.0.1:{config.metrics_port}"
+        self.task = asyncio.create_task(serve_until_signalled(config, AcceptAll()))
+
+    async def ready(self, session: aiohttp.ClientSession, expected: int = 200) -> None:
+        async with asyncio.timeout(10):
+            while True:
+                try:
+                    async with session.get(self.metrics_url + "/readyz") as answer:
+                        if answer.status == expected:
+                            return
+                except aiohttp.ClientConnectionError:
+                    pass
+                await asyncio.sleep(0.02)
+
+    async def gauge(self, session: aiohttp.ClientSession, name: str) -> float:
+        async with session.get(self.metrics_url + "/metrics") as answer:
+            for line in (await answer.text()).splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        raise AssertionError(f"{name} is not on the page")
+
+
+def replica_config(config: Config, kubeconfig: Path, ports: list[int], **changes: object) -> Config:
+    """As deployed: the default write budget and interval, unless ``changes`` say."""
+    deployed: dict[str, object] = {
+        "kube_api_qps": Config.kube_api_qps,
+        "kube_api_burst": Config.kube_api_burst,
+        "min_write_interval": Config.min_write_interval,
+    }
+    return with_changes(
+        config,
+        kubeconfig=kubeconfig,
+        port=ports[0],
+        metrics_port=ports[1],
+        probe_port=ports[2],
+        webhook_port=0,
+        **{**deployed, **changes},
+    )
+
+
+async def post(session: aiohttp.ClientSession, url: str, name: str, body: bytes) -> int:
+    async with session.post(
+        url + status_path(NS, name), data=body, headers={"Authorization": "Bearer test"}
+    ) as answer:
+        return answer.status
