@@ -43,7 +43,8 @@ from .kube.ratelimit import TokenBucket
 from .kube.resources import TRAINJOBS
 from .kube.views import trainjob_view
 from .metrics.exporter import Exporter
-from .peers.handover import HandOver
+from .peers.forwarding import Forwarder
+from .peers.replicas import Replicas
 from .peers.ring import Peer
 from .pods.cadistribution import CADistribution
 from .pods.injection import Selector, Target
@@ -119,10 +120,11 @@ class StatusServer:
             if config.distribute_ca and config.ca_path is not None
             else None
         )
-        # The replicas that take what a stopping one could not write (coalescing only:
-        # a direct write is done before its post is answered).
-        self.handover = (
-            HandOver(
+        # The other replicas: the owners of TrainJobs this one does not write, and those
+        # that take what it could not write when it stops (coalescing only: a direct
+        # write is done before its post is answered).
+        self.replicas = (
+            Replicas(
                 self.kube,
                 namespace=config.service_namespace,
                 service=config.service_name,
@@ -144,7 +146,7 @@ class StatusServer:
                 concurrency=writes_in_flight(config.kube_api_burst),
                 target_freshness=config.target_freshness,
                 drain_qps=config.drain_kube_api_qps,
-                successors=self.handover,
+                successors=self.replicas,
             )
         )
         # Updates a stopping replica hands over, checked as its token says (posts' tokens'
@@ -158,10 +160,16 @@ class StatusServer:
             if isinstance(self.writer, CoalescingWriter) and self.token_auth is not None
             else None
         )
+        # Each TrainJob written by one replica: what another owns is given to it.
+        self.forwarder = (
+            Forwarder(self.writer, self.replicas)
+            if isinstance(self.writer, CoalescingWriter) and self.replicas is not None
+            else None
+        )
         self.endpoint = StatusEndpoint(
             authenticator=authenticator,
             trainjobs=CachedTrainJobs(self.trainjobs),
-            writer=self.writer,
+            writer=self.writer if self.forwarder is None else self.forwarder,
             read_timeout=config.read_timeout,
         )
         # Scrapers' tokens are checked with a budget of their own.
@@ -350,11 +358,13 @@ class StatusServer:
         if self.ca_distribution is not None:
             await self.ca_distribution.start()
         self.exporter.start()
-        if self.handover is not None:
-            await self.handover.start()
-            if self.handover.watching:
-                self.exporter.add_cache(self.handover.endpoints)
+        if self.replicas is not None:
+            await self.replicas.start()
+            if self.replicas.watching:
+                self.exporter.add_cache(self.replicas.endpoints)
         await self.writer.start()
+        if self.forwarder is not None:
+            await self.forwarder.start()
         if self.token_auth is not None:
             # Returns at once; `ready` follows.
             # The injector's JobSet cache serves the owner chain too: one JobSet watch.
@@ -406,7 +416,7 @@ class StatusServer:
         self.shutting_down = True
         # The drain starts at once, beside the in-flight requests: from now on a post is
         # answered 503 (retried on another replica), and what was answered 200 is written.
-        drained = asyncio.ensure_future(self.writer.stop(self.config.drain_timeout))
+        drained = asyncio.ensure_future(self._drain())
         try:
             if self._serving is not None:
                 if self._site is not None:
@@ -416,8 +426,8 @@ class StatusServer:
                 await self._serving.cleanup()
         finally:
             await drained
-        if self.handover is not None:
-            await self.handover.stop()
+        if self.replicas is not None:
+            await self.replicas.stop()
         if self._webhook is not None:
             # Admissions are answered until the status port has drained: pods created
             # meanwhile still get their variables.
@@ -440,6 +450,16 @@ class StatusServer:
             await self.certs.stop()
         await self.kube.close()
         log.info("stopped")
+
+    async def _drain(self) -> None:
+        """What was answered 200 is written, or given to a replica that stays, within
+        ``--drain-timeout``: first what waits for another replica (given, or written
+        here), then the writer's drain."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.drain_timeout
+        if self.forwarder is not None:
+            await self.forwarder.stop()
+        await self.writer.stop(max(0.0, deadline - loop.time()))
 
     async def __aenter__(self) -> StatusServer:
         return await self.start()

@@ -22,7 +22,7 @@ from .conftest import GROUP, NS, ServingCerts, status_path, with_changes
 from .slowlink import SlowLink
 
 DIRTY = 150
-HANDED = "trainjob_status_handover_updates_total"
+HANDED = "trainjob_status_peer_updates_total"
 LOST = "trainjob_status_updates_dropped_total"
 
 

@@ -13,6 +13,7 @@ own, as pods of one Deployment share one port but not an address.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
 import signal
@@ -32,7 +33,9 @@ from trainjob_status_server.auth import AuthSettings, TokenAuthenticator
 from trainjob_status_server.auth.claims import PEER_AUDIENCE
 from trainjob_status_server.config import Config
 from trainjob_status_server.peers.batch import HANDOVER_PATH
+from trainjob_status_server.peers.ring import Peer, ranked
 from trainjob_status_server.running import shutdown_deadline
+from trainjob_status_server.status.validation import EncodedStatus, parse_trainer_status
 from trainjob_status_server.status.writer import HANDOVER_SECONDS, CoalescingWriter
 
 from .conftest import NS
@@ -170,10 +173,11 @@ async def test_what_the_drain_cannot_write_is_handed_to_a_replica_that_stays(
         kube_api.create_trainjob(NS, name)
     slow = link.kubeconfig(kube_api.kubeconfig_path, tmp_path)
     ports = [unused_tcp_port_factory() for _ in range(3)]
-    lost_before, given_before, taken_before = (
+    lost_before, given_before, taken_before, kept_before = (
         lost_count(),
         handed_count("given"),
         handed_count("taken"),
+        handed_count("kept"),
     )
     address = machine_address()
     async with make_status_server(host=address, authenticator=checking_tokens(kube_api)) as stays:
@@ -181,25 +185,33 @@ async def test_what_the_drain_cannot_write_is_handed_to_a_replica_that_stays(
         staying_url = stays.url
         endpoint_slice(kube_api, "staying", address, port_of(stays))
         leaving = leaving_replica(
-            config, slow, ports, address, peer_token_file=token_file(kube_api, tmp_path)
+            config,
+            slow,
+            ports,
+            address,
+            peer_token_file=token_file(kube_api, tmp_path),
+            kube_api_qps=1.0,  # a write a second while it posts: its share stays held
+            kube_api_burst=1,
         )
         await leaving.ready(session)
         await listing(leaving, session, 2)
         for second, progress in ((1, 10), (2, 50)):
             for name in names:
                 assert await post(session, leaving.url, name, update(progress, second)) == 200
-        assert await leaving.gauge(session, "trainjob_status_pending_writes") >= 100
         await stop(leaving)
         await stays.writer.wait_idle()
     given = handed_count("given") - given_before
     taken = handed_count("taken") - taken_before
-    # The premise: the drain wrote a fraction; the replica that stays took the rest.
-    assert given == taken >= 100
+    # Given as posted (the staying replica's share) and at shutdown: all taken.
+    assert given == taken
+    assert handed_count("kept") == kept_before
     assert lost_count() == lost_before
     assert not [r for r in caplog.records if r.getMessage() == "update lost at shutdown"]
+    # What the staying replica owns was given to it as posted; the leaving one held its
+    # own share, far more than its drain wrote (2 s at 5 writes/s), and handed it over.
     handed = [r for r in caplog.records if r.getMessage() == "updates handed over"]
-    assert handed
     assert {r.replica for r in handed} == {staying_url}  # type: ignore[attr-defined]
+    assert sum(r.trainjobs for r in handed) >= DIRTY / 4 - 15  # type: ignore[attr-defined]
     assert {name: stored_progress(kube_api, name) for name in names} == dict.fromkeys(names, 50)
 
 
@@ -243,17 +255,23 @@ async def test_a_replica_that_cannot_take_them_is_passed_over_for_the_next(
         await stays.writer.wait_idle()
     failed = [r for r in caplog.records if r.getMessage() == "hand-over to a replica failed"]
     refused = [r for r in caplog.records if r.getMessage() == "hand-over refused by a replica"]
-    # Each of the three replicas ranks first for about a third of the TrainJobs.
-    assert [(r.replica, r.error) for r in failed] == [  # type: ignore[attr-defined]
-        (f"https://{address}:{ports[3]}", "ClientConnectorError")
+    kept = [
+        r for r in caplog.records if r.getMessage() == "updates kept: their owner did not take them"
     ]
-    assert [(r.replica, r.code) for r in refused] == [(refusing_url, 404)]  # type: ignore[attr-defined]
+    # Each of the four replicas ranks first for about a quarter of the TrainJobs: the
+    # leaving replica gives each its share as posted (the two that cannot take theirs
+    # leave them to it), and at shutdown hands over what it holds, past those two.
+    assert {(r.replica, r.error) for r in failed} == {  # type: ignore[attr-defined]
+        (f"https://{address}:{ports[3]}", "ClientConnectorError")
+    }
+    assert {(r.replica, r.code) for r in refused} == {(refusing_url, 404)}  # type: ignore[attr-defined]
+    assert {r.replica for r in kept} == {f"https://{address}:{ports[3]}", refusing_url}  # type: ignore[attr-defined]
     assert lost_count() == lost_before
     assert {name: stored_progress(kube_api, name) for name in names} == dict.fromkeys(names, 70)
 
 
 @on_the_real_server
-async def test_without_its_token_or_ca_a_replica_hands_nothing_over_and_counts_the_loss(
+async def test_without_the_ca_a_replica_hands_nothing_over_and_counts_the_loss(
     kube_api: RealCluster,
     config: Config,
     link: SlowLink,
@@ -293,13 +311,12 @@ async def test_without_its_token_or_ca_a_replica_hands_nothing_over_and_counts_t
                 await asyncio.sleep(0.1)  # the API server's objects: polled
         for name in names:
             assert await post(session, leaving.url, name, update(80, 2)) == 200
-        token.unlink()  # as if its projected volume were gone
         link.cut()
         await stop(leaving)
     impossible = "hand-over impossible: the CA file"
     assert [r.levelname for r in caplog.records if r.getMessage() == impossible] == ["WARNING"]
     [nobody] = [r for r in caplog.records if r.getMessage() == "no replica to hand updates over to"]
-    assert (nobody.trainjobs, nobody.replicas, nobody.token, nobody.ca) == (5, 1, False, False)  # type: ignore[attr-defined]
+    assert (nobody.trainjobs, nobody.replicas, nobody.token, nobody.ca) == (5, 1, True, False)  # type: ignore[attr-defined]
     assert lost_count() - lost_before == len(names)
     assert {stored_progress(kube_api, name) for name in names} == {20}
 
@@ -387,3 +404,85 @@ async def test_only_a_replica_may_hand_updates_over(
         assert await hand(session, server, batch(30), replica) == (200, {"taken": 1})
         await server.writer.wait_idle()
     assert stored_progress(kube_api, "tj") == 30
+
+
+def accepted(progress: int, second: int) -> EncodedStatus:
+    """An update as a post that passed its checks hands it to the server's writer."""
+    received = dt.datetime(2026, 12, 1, 10, 0, second, tzinfo=dt.UTC)
+    payload = json.loads(update(progress, second))
+    status = parse_trainer_status(payload, trainjob="tj", received=received)
+    assert status is not None
+    return status.encoded(received)
+
+
+@on_the_real_server
+async def test_each_trainjob_is_written_by_its_owner_whichever_replica_takes_its_posts(
+    kube_api: RealCluster,
+    make_status_server: MakeStatusServer,
+    tmp_path: Path,
+    unused_tcp_port_factory: Any,
+) -> None:
+    server_account(kube_api)
+    names = [f"tj{i:02d}" for i in range(40)]
+    for name in names:
+        kube_api.create_trainjob(NS, name)
+    address = machine_address()
+    ports = [unused_tcp_port_factory() for _ in range(2)]
+    token = token_file(kube_api, tmp_path)
+    tokens = [checking_tokens(kube_api) for _ in ports]
+    for port in ports:
+        endpoint_slice(kube_api, f"replica-{port}", address, port)
+    async with (
+        make_status_server(
+            host=address,
+            port=ports[0],
+            pod_ip=address,
+            peer_token_file=token,
+            authenticator=tokens[0],
+        ) as first,
+        make_status_server(
+            host=address,
+            port=ports[1],
+            pod_ip=address,
+            peer_token_file=token,
+            authenticator=tokens[1],
+        ) as second,
+    ):
+        replicas = (first, second)
+        for server, checks in zip(replicas, tokens, strict=True):
+            assert server.replicas is not None
+            listed = server.replicas.endpoints
+
+            async def both_listed(listed: Any = listed) -> bool:
+                return len(listed) == 2
+
+            await eventually(both_listed, "each replica lists both endpoints")
+            async with asyncio.timeout(10):
+                await checks.wait_ready()
+        # Every TrainJob's posts reach both replicas, as the Service spreads them.
+        for second_, progress in ((1, 10), (2, 20), (3, 30)):
+            for i, name in enumerate(names):
+                taking = replicas[(i + second_) % 2]
+                assert taking.forwarder is not None
+                await taking.forwarder.write(NS, name, accepted(progress, second_))
+
+        async def settled() -> bool:
+            for server in replicas:
+                assert server.forwarder is not None
+                assert isinstance(server.writer, CoalescingWriter)
+                await server.writer.wait_idle()
+            return all(s.forwarder is not None and s.forwarder.queued == 0 for s in replicas)
+
+        await eventually(settled, "what each replica was given is written")
+        for server in replicas:
+            await server.writer.wait_idle()
+        written = [
+            server.writer.writing
+            for server in replicas
+            if isinstance(server.writer, CoalescingWriter)
+        ]
+    peers = [Peer(address, port) for port in ports]
+    owners = {(NS, name): ranked((NS, name), peers)[0] for name in names}
+    assert written == [{key for key, owner in owners.items() if owner == peer} for peer in peers]
+    assert all(written)  # both own some
+    assert {name: stored_progress(kube_api, name) for name in names} == dict.fromkeys(names, 30)

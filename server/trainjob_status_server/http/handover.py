@@ -1,5 +1,6 @@
-"""The hand-over endpoint: where a stopping replica sends the updates its drain could not
-write (``peers/handover.py``), so that a replica that stays writes them.
+"""The hand-over endpoint: where another replica gives this one updates to write, those
+of the TrainJobs this one owns (``peers/forwarding.py``) and, at shutdown, those its
+drain could not write (``peers/replicas.py``).
 
 Only another replica may send them (``auth.peers.PeerGate``, before the body is read).
 Each update is validated again, as a post is, then taken by the writer as if posted
@@ -54,5 +55,5 @@ class HandOverEndpoint:
         raw = await read_body(request, MAX_BATCH_BYTES, self.read_timeout)
         batch: list[Handed] = decode_batch(raw)
         self.writer.adopt([(handed.key, handed.update) for handed in batch])
-        selfmetrics.HANDOVER_UPDATES.labels("taken").inc(len(batch))
+        selfmetrics.PEER_UPDATES.labels("taken").inc(len(batch))
         return json_object_answer({"taken": len(batch)})

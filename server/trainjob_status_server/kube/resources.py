@@ -61,7 +61,7 @@ MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
     "mutatingwebhookconfigurations",
     "MutatingWebhookConfiguration",
 )
-# The Service's endpoints: the other replicas (peers/handover.py).
+# The Service's endpoints: the other replicas (peers/replicas.py).
 ENDPOINTSLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
 # What the Trainer turns a TrainJob into (same name); its replicated jobs carry the
 # ``trainer.kubeflow.org/trainjob-ancestor-step`` label the pods themselves lack.

@@ -58,16 +58,16 @@ UPDATES_DROPPED = Counter(
 )
 for _reason in DROP_REASONS:
     UPDATES_DROPPED.labels(_reason)  # every series exists from the start, at 0
-HANDOVER_DIRECTIONS = ("given", "taken")
-HANDOVER_UPDATES = Counter(
-    "trainjob_status_handover_updates",
-    "Accepted updates handed between replicas at shutdown: given (this replica stopped"
-    " before it could write them, and a replica that stays took them) and taken (from a"
-    " stopping replica, to write here).",
+PEER_DIRECTIONS = ("given", "taken", "kept")
+PEER_UPDATES = Counter(
+    "trainjob_status_peer_updates",
+    "Accepted updates that went between replicas: given (to the replica that owns the"
+    " TrainJob, or at shutdown to one that stays, and taken there), taken (from another"
+    " replica, to write here) and kept (its owner could not take it: written here).",
     ["direction"],
 )
-for _direction in HANDOVER_DIRECTIONS:
-    HANDOVER_UPDATES.labels(_direction)
+for _direction in PEER_DIRECTIONS:
+    PEER_UPDATES.labels(_direction)
 PENDING_WRITES = Gauge("trainjob_status_pending_writes", "TrainJobs with an update to write.")
 POD_BINDING_MODE = Gauge(
     "trainjob_status_pod_binding_mode",

@@ -14,7 +14,7 @@ On SIGTERM (``stop``) it takes no new update (``ShuttingDown``: the post is answ
 and retried on another replica) and writes what it holds, final updates first, at the
 drain budget (``drain_qps``, above the steady one: a rolling update must not lose what
 was answered 200). With other replicas ready (``successors``), the drain keeps its last
-``HANDOVER_SECONDS`` to hand what it could not write to them (``peers/handover.py``),
+``HANDOVER_SECONDS`` to hand what it could not write to them (``peers/replicas.py``),
 and they write it (``adopt``); with none, the drain has all its time. What is still left
 is logged per TrainJob and counted.
 
@@ -83,7 +83,7 @@ most half the drain): one or two requests on the cluster's network."""
 
 class Successors(Protocol):
     """The replicas that take over what a stopping one could not write:
-    ``peers.handover.HandOver``."""
+    ``peers.replicas.Replicas``."""
 
     def successors(self) -> Sequence[object]:
         """The replicas that would take updates now (none: the drain has all its time)."""
@@ -290,6 +290,12 @@ class CoalescingWriter:
     def unseen_writes(self) -> int:
         """Own writes the TrainJob cache does not show yet (remembered until it does)."""
         return len(self._written)
+
+    @property
+    def writing(self) -> frozenset[Key]:
+        """The TrainJobs this writer has written (from its first write until the
+        TrainJob is deleted): with several replicas, each TrainJob's owner alone."""
+        return frozenset(self._last_start)
 
     async def wait_idle(self) -> None:
         """Until nothing is pending or in flight (tests and the demo use it)."""

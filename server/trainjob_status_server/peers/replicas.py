@@ -1,14 +1,15 @@
-"""The giving side of the hand-over: a stopping replica sends the accepted updates its
-drain could not write to the replicas that stay, which write them.
+"""The other replicas of the server, and what one gives them: the updates of the
+TrainJobs another replica owns (``peers/forwarding.py``), and at shutdown what its drain
+could not write (``hand_over``). A replica takes what it is given and writes it.
 
 The replicas are the ready endpoints of the server's Service (its EndpointSlices, listed
-and watched in the server's namespace), less this one (``--pod-ip`` on the serving
-port). Each TrainJob's updates go to the first replica of its ranking (``ring.ranked``),
-and to the next one if that one cannot take them (unreachable, or stopping too: 503);
-all of one TrainJob's updates travel together, in order. The sender proves itself with
-the projected token of ``--peer-token-file`` and checks the receiver's certificate
-against the serving CA under the Service's name. What no replica took before the
-deadline is left to the writer to count as lost.
+and watched in the server's namespace); this one is ``--pod-ip`` on the serving port.
+A TrainJob is owned by the first replica of its ranking (``ring.ranked``) among them
+and this one. At shutdown each TrainJob's updates go to the first of the others, and to
+the next one if that one cannot take them (unreachable, or stopping too: 503); all of
+one TrainJob's updates travel together, in order. The sender proves itself with the
+projected token of ``--peer-token-file`` and checks the receiver's certificate against
+the serving CA under the Service's name.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,6 +36,12 @@ log = logging.getLogger(__name__)
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 JSON = "application/json"
+
+TOKEN_SECONDS = 30.0
+"""How long the token file's content is used before it is read again: kubelet renews a
+projected token well before it expires (at 80% of its life)."""
+
+CA_RETRY_SECONDS = 60.0  # after a CA file that would not load
 _BATCH_BYTES = MAX_BATCH_BYTES // 2  # what a sender puts in one batch, at most
 
 
@@ -52,9 +60,10 @@ def _chunks(groups: Sequence[list[Handed]]) -> list[list[Handed]]:
     return chunks
 
 
-class HandOver:
+class Replicas:
     """Built from the config; ``start()`` lists the Service's endpoints, ``stop()``
-    closes. ``successors()`` are the replicas that would take updates now."""
+    closes. ``successors()`` are the replicas that would take updates now, ``owner()``
+    which one writes a TrainJob."""
 
     def __init__(
         self,
@@ -80,7 +89,10 @@ class HandOver:
             optional=True,
         )
         self._session: aiohttp.ClientSession | None = None
+        self._ca_failed_at: float | None = None
+        self._token_read: tuple[str | None, float] | None = None
         self._watching = False
+        self._ready: list[Peer] | None = None  # the ready endpoints, until they change
 
     async def start(self) -> None:
         """Watch the Service's endpoints, where this replica has a token to hand over
@@ -92,6 +104,7 @@ class HandOver:
             )
             return
         self._watching = True
+        self.endpoints.add_listener(self._changed)
         await self.endpoints.start()
 
     async def stop(self) -> None:
@@ -100,37 +113,69 @@ class HandOver:
             self._session = None
         if self._watching:
             self._watching = False
+            self.endpoints.remove_listener(self._changed)
             await self.endpoints.stop()
+
+    def _changed(self, _event: object) -> None:
+        self._ready = None
 
     @property
     def watching(self) -> bool:
         """Whether the Service's endpoints are watched (a token to hand over with)."""
         return self._watching
 
+    def _ready_peers(self) -> list[Peer]:
+        if self._ready is None:
+            self._ready = ready_peers(self.endpoints.list())
+        return self._ready
+
     def successors(self) -> list[Peer]:
         """The ready replicas of the Service but this one."""
-        return [peer for peer in ready_peers(self.endpoints.list()) if peer != self.own]
+        return [peer for peer in self._ready_peers() if peer != self.own]
+
+    def owner(self, key: Key) -> Peer | None:
+        """The replica that writes ``key``'s updates, if another one does: the first of
+        its ranking among the ready replicas and this one (None: this one, or a replica
+        that cannot give updates away, without its own address, token or CA)."""
+        own = self.own
+        if own is None or not self._watching or self._token() is None or self._client() is None:
+            return None
+        peers = self._ready_peers()
+        if own not in peers:
+            peers = [*peers, own]  # ready or not in the Service's eyes, it writes its share
+        first = ranked(key, peers)[0]
+        return None if first == own else first
 
     def _token(self) -> str | None:
-        """The projected token as it is now (kubelet rotates the file)."""
-        if self.token_file is None:
-            return None
-        try:
-            token = self.token_file.read_text().strip()
-        except OSError:
-            return None
-        return token or None
+        """The projected token (kubelet rotates the file: read again every
+        ``TOKEN_SECONDS``)."""
+        now = time.monotonic()
+        if self._token_read is not None and now - self._token_read[1] < TOKEN_SECONDS:
+            return self._token_read[0]
+        token: str | None = None
+        if self.token_file is not None:
+            try:
+                token = self.token_file.read_text().strip() or None
+            except OSError:
+                token = None
+        self._token_read = (token, now)
+        return token
 
     def _client(self) -> aiohttp.ClientSession | None:
-        if self._session is None:
-            if self.ca_file is None:
-                return None
-            try:
-                context = ssl.create_default_context(cafile=str(self.ca_file))
-            except (OSError, ssl.SSLError) as exc:
-                log.warning("hand-over impossible: the CA file", extra={"error": str(exc)})
-                return None
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context))
+        """The HTTPS client that trusts the serving CA; None while the CA file does not
+        load (tried again every ``CA_RETRY_SECONDS``)."""
+        if self._session is not None or self.ca_file is None:
+            return self._session
+        now = time.monotonic()
+        if self._ca_failed_at is not None and now - self._ca_failed_at < CA_RETRY_SECONDS:
+            return None
+        try:
+            context = ssl.create_default_context(cafile=str(self.ca_file))
+        except (OSError, ssl.SSLError) as exc:
+            self._ca_failed_at = now
+            log.warning("hand-over impossible: the CA file", extra={"error": str(exc)})
+            return None
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context))
         return self._session
 
     async def hand_over(
@@ -177,9 +222,27 @@ class HandOver:
             )
             for peer, (taken, whole) in zip(round_, results, strict=True):
                 given |= taken
+                if taken:
+                    fields = {"replica": peer.url, "trainjobs": len(taken)}
+                    log.info("updates handed over", extra=fields)
                 if not whole:
                     failed.add(peer)
         return given
+
+    async def give(
+        self, peer: Peer, updates: Sequence[tuple[Key, EncodedStatus]], seconds: float
+    ) -> set[Key]:
+        """Give ``updates`` (in order) to ``peer`` within ``seconds``: the TrainJobs whose
+        updates it took."""
+        token, client = self._token(), self._client()
+        if token is None or client is None:
+            return set()
+        by_key: dict[Key, list[Handed]] = {}
+        for key, update in updates:
+            by_key.setdefault(key, []).append(Handed(key[0], key[1], update))
+        deadline = asyncio.get_running_loop().time() + seconds
+        taken, _ = await self._give(client, token, peer, list(by_key.values()), deadline)
+        return taken
 
     async def _give(
         self,
@@ -221,6 +284,6 @@ class HandOver:
                 return taken, False
             keys = {h.key for h in chunk}
             taken |= keys
-            selfmetrics.HANDOVER_UPDATES.labels("given").inc(len(chunk))
-            log.info("updates handed over", extra={"replica": peer.url, "trainjobs": len(keys)})
+            selfmetrics.PEER_UPDATES.labels("given").inc(len(chunk))
+            log.debug("updates given", extra={"replica": peer.url, "trainjobs": len(keys)})
         return taken, True
