@@ -105,6 +105,25 @@ BENCHES = [
         ),
     ),
     Bench(
+        "tenants",
+        (
+            *(
+                rf"^forged\s+{server}\s+attacker {NUMBER} posts/s \(.*\); TokenReviews made: "
+                rf"{NUMBER}; victim's genuine posts answered 200: {NUMBER}/{NUMBER}, "
+                rf"429: {NUMBER}/{NUMBER}, other: {NUMBER}"
+                for server in ("ours", r"at \S+")
+            ),
+            *(
+                rf"^share\s+{server}\s+B visible after p50 (?:{NUMBER}|unseen) s, "
+                rf"max (?:{NUMBER}|unseen) s \(.*\); A's writes meanwhile: [\d, ]+; "
+                rf"status writes/s {NUMBER}"
+                for server in ("ours", r"at \S+")
+            ),
+        ),
+        # The same checkout on both sides: a smoke run checks the bench, not a change.
+        args=("--against", "."),
+    ),
+    Bench(
         "auth_verify",
         (
             rf"^server, verified-cached\s+{NUMBER} posts/s",
