@@ -147,8 +147,14 @@ class StatusServer:
                 target_freshness=config.target_freshness,
                 drain_qps=config.drain_kube_api_qps,
                 successors=self.replicas,
+                touched=self.exporter.touch,
             )
         )
+        if isinstance(self.writer, CoalescingWriter):
+            # Gauges from ingest: what was accepted, before its write lands; with several
+            # replicas, each exports the TrainJobs it owns.
+            self.exporter.fresh = self.writer
+            self.exporter.ownership = self.replicas
         # Updates a stopping replica hands over, checked as its token says (posts' tokens'
         # checks: only with token authentication).
         self.takeover = (

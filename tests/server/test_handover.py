@@ -406,6 +406,16 @@ async def test_only_a_replica_may_hand_updates_over(
     assert stored_progress(kube_api, "tj") == 30
 
 
+def progress_series(page: bytes) -> dict[str, float]:
+    """The TrainJobs of a metrics page's ``trainjob_progress_ratio``, with their value."""
+    found = {}
+    for line in page.decode().splitlines():
+        if line.startswith("trainjob_progress_ratio{"):
+            labels, value = line.rsplit(" ", 1)
+            found[labels.split('trainjob="', 1)[1].split('"', 1)[0]] = float(value)
+    return found
+
+
 def accepted(progress: int, second: int) -> EncodedStatus:
     """An update as a post that passed its checks hands it to the server's writer."""
     received = dt.datetime(2026, 12, 1, 10, 0, second, tzinfo=dt.UTC)
@@ -476,6 +486,7 @@ async def test_each_trainjob_is_written_by_its_owner_whichever_replica_takes_its
         await eventually(settled, "what each replica was given is written")
         for server in replicas:
             await server.writer.wait_idle()
+        exported = [progress_series(server.exporter.render()[0]) for server in replicas]
         written = [
             server.writer.writing
             for server in replicas
@@ -485,4 +496,8 @@ async def test_each_trainjob_is_written_by_its_owner_whichever_replica_takes_its
     owners = {(NS, name): ranked((NS, name), peers)[0] for name in names}
     assert written == [{key for key, owner in owners.items() if owner == peer} for peer in peers]
     assert all(written)  # both own some
+    # And each exports those it owns: one series per TrainJob across the replicas.
+    assert exported == [
+        {name: 0.3 for (_, name), owner in owners.items() if owner == peer} for peer in peers
+    ]
     assert {name: stored_progress(kube_api, name) for name in names} == dict.fromkeys(names, 30)

@@ -1,5 +1,14 @@
-"""The metrics page: gauges per TrainJob from the TrainJob watch, the server's own metrics
-and process metrics, as Prometheus text or OpenMetrics, whichever the scraper asks for.
+"""The metrics page: gauges per TrainJob from the TrainJob watch and the updates taken
+here, the server's own metrics and process metrics, as Prometheus text or OpenMetrics,
+whichever the scraper asks for.
+
+Fresh from ingest: a TrainJob whose newest accepted update is still waiting for its
+write (``Fresh``: the writer) is exported with that update's figures, not the stored
+ones, so a scrape sees a post within one scrape whatever the API budget; once the write
+lands (or the writer drops it) the watch's object is exported again. With several
+replicas each exports only the TrainJobs it owns (``Ownership``), the ones whose posts
+it writes: across replicas every TrainJob has exactly one series of each name, the
+freshest.
 
 The TrainJob gauges are never pushed or set: a cache listener keeps, per TrainJob, the
 series ``series.series_of`` decides, and a scrape renders what is there at that moment.
@@ -23,8 +32,10 @@ a test holds the two paths to the same bytes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from aiohttp import web
 from prometheus_client import (
@@ -51,6 +62,7 @@ from .series import (
     admit,
     allowance,
     newly_skipped,
+    parse_time,
     series_of,
 )
 
@@ -242,6 +254,44 @@ def exposition(selection: Iterable[tuple[RenderedSeries, int, int]]) -> bytes:
 # -- the exporter ---------------------------------------------------------------------------
 
 
+class Fresh(Protocol):
+    """What was accepted for a TrainJob and is not stored yet: ``status.writer``."""
+
+    def newest(self, key: Key) -> bytes | None:
+        """The ``trainerStatus`` JSON of ``key``'s newest accepted update still held for
+        its write, or None."""
+        ...
+
+
+class Ownership(Protocol):
+    """Which TrainJobs this replica exports: ``peers.replicas.Replicas``."""
+
+    @property
+    def version(self) -> int:
+        """Changes whenever ``owns`` may answer differently."""
+        ...
+
+    def owns(self, key: Key) -> bool: ...
+
+
+def _stamp(trainer: object) -> float | None:
+    text = trainer.get("lastUpdatedTime") if isinstance(trainer, dict) else None
+    return parse_time(text) if isinstance(text, str) else None
+
+
+def overlaid(obj: Obj, trainer_status: bytes) -> Obj:
+    """``obj`` (a TrainJob view) with ``trainer_status`` (an accepted update's JSON) in
+    place of its ``status.trainerStatus``, unless what is stored is as new or newer."""
+    status = obj.get("status")
+    status = dict(status) if isinstance(status, dict) else {}
+    accepted = json.loads(trainer_status)
+    stored, fresh = _stamp(status.get("trainerStatus")), _stamp(accepted)
+    if fresh is None or (stored is not None and stored >= fresh):
+        return obj
+    status["trainerStatus"] = accepted
+    return {**obj, "status": status}
+
+
 class Exporter:
     """The metrics of one server: ``start()`` after the TrainJob cache has started,
     ``render()`` (or ``handle`` as the aiohttp route) per scrape, ``stop()`` on shutdown.
@@ -277,8 +327,13 @@ class Exporter:
         self._rendered: dict[Key, RenderedSeries] = {}
         self._total = 0
         self._listening = False
-        # The TrainJob part of the page and the series its cap dropped, until a change.
-        self._joined: tuple[bytes, int] | None = None
+        # The TrainJob part of the page and the series its cap dropped, until a change
+        # (and the ownership version it was joined at).
+        self._joined: tuple[bytes, int, int] | None = None
+        self.fresh: Fresh | None = None
+        self.ownership: Ownership | None = None
+        # TrainJobs whose accepted update changed since they were last rendered.
+        self._touched: set[Key] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -324,7 +379,29 @@ class Exporter:
         return self._total
 
     def _on_event(self, event: CacheEvent) -> None:
-        self._update(event.key, event.new)
+        self._touched.discard(event.key)
+        self._update(event.key, self.view(event.key, event.new))
+
+    def touch(self, key: Key) -> None:
+        """``key``'s accepted update changed (taken, written, dropped): rendered again at
+        the next scrape."""
+        self._touched.add(key)
+        self._joined = None
+
+    def view(self, key: Key, obj: Obj | None = None) -> Obj | None:
+        """What ``key`` is exported from: the cache's object (``obj``, or the cache's
+        own), with the newest update accepted and not yet written in place of its
+        ``trainerStatus`` where that update is newer than the stored one."""
+        held = obj if obj is not None else self.trainjobs.get(*key)
+        if held is None or self.fresh is None:
+            return held
+        accepted = self.fresh.newest(key)
+        return held if accepted is None else overlaid(held, accepted)
+
+    def _render_touched(self) -> None:
+        while self._touched:
+            key = self._touched.pop()
+            self._update(key, self.view(key))
 
     def _update(self, key: Key, obj: Obj | None) -> None:
         self._joined = None
@@ -376,14 +453,19 @@ class Exporter:
         return iter(kept)
 
     def _selected(self) -> tuple[list[tuple[Key, RenderedSeries, int, int]], int]:
-        """What the cap keeps of each TrainJob, and how many series it drops."""
-        if self.max_series == 0 or self._total <= self.max_series:
-            everything = [(k, r, r.core_count, r.metric_count) for k, r in self._rendered.items()]
+        """What the cap keeps of each TrainJob this replica exports, and how many series
+        it drops."""
+        self._render_touched()
+        owned = self._owned()
+        total = self._total if owned is None else sum(r.count for _, r in owned)
+        rendered = self._rendered.items() if owned is None else owned
+        if self.max_series == 0 or total <= self.max_series:
+            everything = [(k, r, r.core_count, r.metric_count) for k, r in rendered]
             return everything, 0
         # Over the cap: a stable order, so the same series stay exported scrape after
         # scrape instead of flapping with the cache's insertion order, and a fair share
         # per namespace, so no tenant's series go for another's.
-        ordered = sorted(self._rendered.items())
+        ordered = sorted(rendered)
         kept, dropped = allowance(
             [(r.core_count, r.metric_count) for _, r in ordered],
             self.max_series,
@@ -395,16 +477,25 @@ class Exporter:
         ]
         return chosen, dropped
 
+    def _owned(self) -> list[tuple[Key, RenderedSeries]] | None:
+        """The rendered TrainJobs this replica owns; None: all of them."""
+        ownership = self.ownership
+        if ownership is None:
+            return None
+        return [(k, r) for k, r in self._rendered.items() if ownership.owns(k)]
+
     # -- rendering --------------------------------------------------------------------------
 
     def trainjob_exposition(self) -> bytes:
         """The per-TrainJob families of one scrape, as sample text: joined again only
-        after a TrainJob changed, the same bytes for every scrape until then."""
-        if self._joined is None:
+        after a TrainJob changed (or which TrainJobs this replica owns), the same bytes
+        for every scrape until then."""
+        version = 0 if self.ownership is None else self.ownership.version
+        if self._joined is None or self._joined[2] != version:
             kept, dropped = self._selected()
             joined = exposition((r, core, metrics) for _, r, core, metrics in kept)
-            self._joined = (joined, dropped)
-        joined, dropped = self._joined
+            self._joined = (joined, dropped, version)
+        joined, dropped, _ = self._joined
         selfmetrics.EXPORTED_SERIES_DROPPED.inc(dropped)
         return joined
 
@@ -456,9 +547,9 @@ class TrainJobCollector:
     def collect(self) -> Iterable[Metric]:
         families = [GaugeMetricFamily(f.name, f.help, labels=f.labels) for f in FAMILIES]
         for key, rendered, core, metrics in self.exporter.selection():
-            # The cache holds what the lines were rendered from: listeners run on each
-            # change, so the two never disagree between events.
-            held = self.exporter.trainjobs.get(*key)
+            # What the lines were rendered from (the cache's object, and the update
+            # accepted since): rendered again on each change, so the two never disagree.
+            held = self.exporter.view(key)
             series = series_of(held) if held is not None else None
             if series is None:
                 continue

@@ -72,6 +72,7 @@ class Forwarder:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._flushing: asyncio.Future[None] | None = None
+        self._giving = 0
 
     async def write(self, namespace: str, name: str, update: EncodedStatus) -> None:
         if self._stopping:
@@ -87,8 +88,8 @@ class Forwarder:
 
     @property
     def queued(self) -> int:
-        """TrainJobs with an update waiting to be given to their owner."""
-        return sum(len(queue) for queue in self._queues.values())
+        """TrainJobs with an update waiting to be given to their owner, or being given."""
+        return sum(len(queue) for queue in self._queues.values()) + self._giving
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="forwarder")
@@ -122,7 +123,11 @@ class Forwarder:
 
     async def _give(self, peer: Peer, queue: dict[Key, list[EncodedStatus]]) -> None:
         updates = [(key, update) for key, held in queue.items() for update in held]
-        taken = await self.replicas.give(peer, updates, GIVE_SECONDS)
+        self._giving += len(queue)
+        try:
+            taken = await self.replicas.give(peer, updates, GIVE_SECONDS)
+        finally:
+            self._giving -= len(queue)
         kept = [(key, update) for key, update in updates if key not in taken]
         if kept:
             log.warning(

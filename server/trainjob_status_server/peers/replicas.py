@@ -93,6 +93,7 @@ class Replicas:
         self._token_read: tuple[str | None, float] | None = None
         self._watching = False
         self._ready: list[Peer] | None = None  # the ready endpoints, until they change
+        self._changes = 0
 
     async def start(self) -> None:
         """Watch the Service's endpoints, where this replica has a token to hand over
@@ -118,6 +119,18 @@ class Replicas:
 
     def _changed(self, _event: object) -> None:
         self._ready = None
+        self._changes += 1
+
+    @property
+    def version(self) -> int:
+        """Changes whenever ``owns`` may answer differently: the endpoints changed, or
+        this replica became able, or unable, to give updates away."""
+        able = self.own is not None and self._token() is not None and self._client() is not None
+        return self._changes * 2 + able
+
+    def owns(self, key: Key) -> bool:
+        """Whether this replica writes (and exports) ``key``: see ``owner``."""
+        return self.owner(key) is None
 
     @property
     def watching(self) -> bool:

@@ -163,10 +163,13 @@ class CoalescingWriter:
         advice_window: float = WINDOW_SECONDS,
         drain_qps: float | None = None,
         successors: Successors | None = None,
+        touched: Callable[[Key], None] | None = None,
     ) -> None:
         self.kube = kube
         self.drain_qps = drain_qps
         self.successors = successors
+        # Told of each TrainJob whose held update changes (the exporter: ``newest``).
+        self.touched = touched
         self.trainjobs = trainjobs
         self.min_interval = min_interval
         self.concurrency = concurrency
@@ -179,8 +182,10 @@ class CoalescingWriter:
         # What is being written, by TrainJob.
         self._in_flight: dict[Key, Pending] = {}
         self._last_start: dict[Key, float] = {}
-        # Views of what our own writes returned, until the cache shows them.
+        # Views of what our own writes returned, until the cache shows them, and the
+        # updates those writes stored (what ``newest`` shows meanwhile).
         self._written: dict[Key, Obj] = {}
+        self._unseen: dict[Key, EncodedStatus] = {}
         self._first_seen = FirstSeen()
         self._schedule = PrioritySchedule()
         self._dirty_since: dict[Key, float] = {}
@@ -213,6 +218,11 @@ class CoalescingWriter:
             self.submit(key, update)
 
     def submit(self, key: Key, update: EncodedStatus) -> None:
+        self._take(key, update)
+        if self.touched is not None:
+            self.touched(key)
+
+    def _take(self, key: Key, update: EncodedStatus) -> None:
         now = self.clock()
         self.advisor.saw(key, now)
         behind = self._following.get(key)
@@ -291,6 +301,17 @@ class CoalescingWriter:
         """Own writes the TrainJob cache does not show yet (remembered until it does)."""
         return len(self._written)
 
+    def newest(self, key: Key) -> bytes | None:
+        """The ``trainerStatus`` JSON of ``key``'s newest accepted update the TrainJob
+        cache may not show yet (behind a final one, else pending, else being written,
+        else written but not seen by the watch yet), or None."""
+        for source in (self._following, self._pending, self._in_flight):
+            held = source.get(key)
+            if held is not None:
+                return held.update.json
+        written = self._unseen.get(key)
+        return None if written is None else written.json
+
     @property
     def writing(self) -> frozenset[Key]:
         """The TrainJobs this writer has written (from its first write until the
@@ -358,6 +379,8 @@ class CoalescingWriter:
         selfmetrics.PENDING_WRITES.set(len(self._pending))
         if not self._pending and not self._in_flight:
             self._settled.set()
+        if self.touched is not None:
+            self.touched(key)
         self._wake.set()
 
     async def _write_one(self, key: Key, pending: Pending) -> None:
@@ -398,6 +421,7 @@ class CoalescingWriter:
         self._after_terminal.discard(key)
         # What was written orders from when its post was received, not from now.
         self._first_seen.saw(key, written, pending.update.received)
+        self._unseen[key] = pending.update
         self._remember(key, written)
 
     def _remember(self, key: Key, written: Obj) -> None:
@@ -407,6 +431,7 @@ class CoalescingWriter:
         held = self.trainjobs.get(*key)
         if held is not None and newer_object(held, written) is held:
             self._written.pop(key, None)
+            self._unseen.pop(key, None)
         else:
             self._written[key] = written_view(written)
 
@@ -423,6 +448,7 @@ class CoalescingWriter:
             # Someone else changed the TrainJob since we decided: look again, then retry
             # (or drop, if what is stored now is newer).
             self._written.pop(key, None)
+            self._unseen.pop(key, None)
             with contextlib.suppress(KubeError, KubeUnavailable):
                 fresh = await self.kube.get_trainjob(*key)
                 if fresh is None:
@@ -457,7 +483,10 @@ class CoalescingWriter:
         self._forget(key)
 
     def _forget(self, key: Key) -> None:
+        if self.touched is not None:
+            self.touched(key)
         self._written.pop(key, None)
+        self._unseen.pop(key, None)
         self._following.pop(key, None)
         self._after_terminal.discard(key)
         self._last_start.pop(key, None)
@@ -478,6 +507,7 @@ class CoalescingWriter:
         written = self._written.get(event.key)
         if written is not None and newer_object(event.new, written) is event.new:
             del self._written[event.key]  # the cache has caught up with our write
+            self._unseen.pop(event.key, None)
 
     # -- lifecycle ---------------------------------------------------------------------
 
