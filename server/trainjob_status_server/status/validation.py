@@ -77,14 +77,12 @@ Decisions, each as the API server or Kubeflow Trainer's status server behaves un
 from __future__ import annotations
 
 import json
-import json.encoder
 import math
 import re
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import FrozenInstanceError, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from operator import itemgetter
 from typing import Any, NamedTuple
 
 from trainjob_status.contract import GROUP, KIND, MAX_METRIC_CHARS, MAX_METRICS
@@ -187,104 +185,14 @@ class Metric(NamedTuple):
     value: str
 
 
+@dataclass(frozen=True, slots=True)
 class TrainerStatus:
-    """A valid update; ``None`` fields are left out of the written object. Immutable, and
-    compared, hashed and shown by its four fields, as a frozen dataclass would be.
-
-    The parser's common case hands over the update's JSON, written while it checked the
-    fields (``_written``); ``metrics`` is then read back from that JSON when asked for.
-    The request path never asks: it sends the JSON, and building a tuple per metric
-    would cost as much as the check itself."""
-
-    __match_args__ = (
-        "progress_percentage",
-        "estimated_remaining_seconds",
-        "metrics",
-        "last_updated_time",
-    )
-    __slots__ = (
-        "_json",
-        "_metrics",
-        "estimated_remaining_seconds",
-        "last_updated_time",
-        "progress_percentage",
-    )
+    """A valid update; ``None`` fields are left out of the written object."""
 
     progress_percentage: int | None
     estimated_remaining_seconds: int | None
-    _metrics: tuple[Metric, ...] | None  # unused when _json is set
+    metrics: tuple[Metric, ...] | None  # in the post's order, names interned
     last_updated_time: datetime  # aware, UTC
-    _json: bytes | None  # the compact JSON, when the parser wrote it
-
-    def __init__(
-        self,
-        progress_percentage: int | None,
-        estimated_remaining_seconds: int | None,
-        metrics: tuple[Metric, ...] | None,
-        last_updated_time: datetime,
-    ) -> None:
-        _fill(
-            self, progress_percentage, estimated_remaining_seconds, metrics, last_updated_time, None
-        )
-
-    @classmethod
-    def _written(
-        cls,
-        progress_percentage: int | None,
-        estimated_remaining_seconds: int | None,
-        last_updated_time: datetime,
-        json: bytes,
-    ) -> TrainerStatus:
-        """The update whose compact JSON (``to_json()`` as ``encoded`` writes it) is
-        ``json``, metrics included."""
-        update = object.__new__(cls)
-        _fill(
-            update, progress_percentage, estimated_remaining_seconds, None, last_updated_time, json
-        )
-        return update
-
-    @property
-    def metrics(self) -> tuple[Metric, ...] | None:
-        """The metrics in the post's order, names interned; None if it had none."""
-        if self._json is None:
-            return self._metrics
-        items = json.loads(self._json).get("metrics")
-        if items is None:
-            return None
-        return tuple(Metric(sys.intern(item["name"]), item["value"]) for item in items)
-
-    def field_values(self) -> tuple[Any, ...]:
-        """The four fields, in order: what compares, hashes and copies an update."""
-        return (
-            self.progress_percentage,
-            self.estimated_remaining_seconds,
-            self.metrics,
-            self.last_updated_time,
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, TrainerStatus) or other.__class__ is not self.__class__:
-            return NotImplemented
-        return self.field_values() == other.field_values()
-
-    def __hash__(self) -> int:
-        return hash(self.field_values())
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__qualname__}(progress_percentage={self.progress_percentage!r}, "
-            f"estimated_remaining_seconds={self.estimated_remaining_seconds!r}, "
-            f"metrics={self.metrics!r}, last_updated_time={self.last_updated_time!r})"
-        )
-
-    def __reduce__(self) -> tuple[type[TrainerStatus], tuple[Any, ...]]:
-        return (type(self), self.field_values())  # copy and pickle rebuild it from its fields
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def to_json(self) -> dict[str, Any]:
         """The ``trainerStatus`` object as a dict: what ``encoded`` writes as JSON (and what
@@ -294,60 +202,16 @@ class TrainerStatus:
             out["progressPercentage"] = self.progress_percentage
         if self.estimated_remaining_seconds is not None:
             out["estimatedRemainingSeconds"] = self.estimated_remaining_seconds
-        metrics = self.metrics
-        if metrics is not None:
-            out["metrics"] = [{"name": name, "value": value} for name, value in metrics]
+        if self.metrics is not None:
+            out["metrics"] = [{"name": name, "value": value} for name, value in self.metrics]
         out["lastUpdatedTime"] = format_time(self.last_updated_time)
         return out
 
     def encoded(self, received: datetime) -> EncodedStatus:
-        """The update as it waits for its write and is echoed to the client; ``received``
-        is when the server received the post that carries it. The JSON is ``to_json()``
-        as compact JSON, written out directly: no dict per metric on the way."""
-        text = self._json
-        if text is None:
-            text = _object_json(
-                self.progress_percentage,
-                self.estimated_remaining_seconds,
-                None if self._metrics is None else _metrics_json(self._metrics),
-                format_time(self.last_updated_time),
-            )
+        """The update as it waits for its write; ``received`` is when the server received
+        the post that carries it."""
+        text = _COMPACT.encode(self.to_json()).encode()
         return EncodedStatus(self.last_updated_time, text, received, self.progress_percentage)
-
-
-def _fill(
-    update: TrainerStatus,
-    progress_percentage: int | None,
-    estimated_remaining_seconds: int | None,
-    metrics: tuple[Metric, ...] | None,
-    last_updated_time: datetime,
-    json: bytes | None,
-) -> None:
-    # As a frozen dataclass sets its fields: its own __setattr__ refuses.
-    object.__setattr__(update, "progress_percentage", progress_percentage)
-    object.__setattr__(update, "estimated_remaining_seconds", estimated_remaining_seconds)
-    object.__setattr__(update, "_metrics", metrics)
-    object.__setattr__(update, "last_updated_time", last_updated_time)
-    object.__setattr__(update, "_json", json)
-
-
-def _object_json(
-    progress: int | None, remaining: int | None, metrics: str | None, stamp: str
-) -> bytes:
-    """The compact JSON of a ``trainerStatus`` object from its fields' JSON texts: the
-    keys in ``to_json()``'s order, the absent ones left out."""
-    p = "" if progress is None else f'"progressPercentage":{progress:d},'
-    r = "" if remaining is None else f'"estimatedRemainingSeconds":{remaining:d},'
-    m = "" if metrics is None else f'"metrics":{metrics},'
-    return f'{{{p}{r}{m}"lastUpdatedTime":"{stamp}"}}'.encode()
-
-
-def _metrics_json(metrics: Sequence[tuple[str, str]]) -> str:
-    """A metrics array as compact JSON, for any text."""
-    items = ",".join(
-        f'{{"name":{_json_string(name)},"value":{_json_string(value)}}}' for name, value in metrics
-    )
-    return f"[{items}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,14 +224,14 @@ class EncodedStatus:
     "Runs 4 and 5")."""
 
     last_updated_time: datetime  # aware, UTC
-    json: bytes  # what the writer sends and the post is answered with, as it is
+    json: bytes  # to_json() as compact JSON: what the writer sends and the post is answered with
     received: datetime  # aware
     progress: int | None = None  # its progressPercentage: what the write order reads
 
 
-# A JSON string literal as json.dumps writes it by default (ASCII, escapes included): the
-# json module's own encoder for strings, in C where the interpreter has it.
-_json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
+# Compact JSON, ASCII only (escapes for the rest), as json.dumps writes it with these
+# separators. No check for cycles: it encodes the dicts that to_json builds.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 
 
 def format_time(stamp: datetime) -> str:
@@ -436,65 +300,17 @@ def parse_trainer_status(
 ) -> TrainerStatus | None:
     """The update a decoded body asks for, or None if it asks for none.
 
-    ``payload`` is what ``decode_payload`` returns (JSON's types only: the common case
-    relies on it). ``received`` (aware) stamps a missing ``lastUpdatedTime`` and bounds a
-    given one. Raises PayloadError for a wrong JSON type, ValidationFailed (named for
-    ``trainjob``) with every cause for what the CRD, or our time rules, refuse.
+    ``payload`` is what ``decode_payload`` returns (JSON's types only). ``received``
+    (aware) stamps a missing ``lastUpdatedTime`` and bounds a given one. Raises
+    PayloadError for a wrong JSON type, ValidationFailed (named for ``trainjob``) with
+    every cause for what the CRD, or our time rules, refuse. The fields are checked in
+    the body's order of keys: that order is the order of the causes.
     """
     status = payload.get("trainerStatus")
     if status is None:
         return None
     if type(status) is not dict:
         raise PayloadError(_type_detail("trainerStatus", "an object", status))
-    update = _plain_update(status, received)
-    if update is not None:
-        return update
-    return _checked_update(status, trainjob, received)
-
-
-def _plain_update(status: dict[str, Any], received: datetime) -> TrainerStatus | None:
-    """The update of a ``trainerStatus`` whose every field is plainly valid, its JSON
-    written on the way; None when any field needs ``_checked_update``'s closer look
-    (which may still find it valid).
-
-    Plainly valid: the integers are ints in range, every metric a name and a value of 1
-    to 64 printable ASCII characters other than quote and backslash (which JSON writes
-    as they are), the time in the form ``_plain_time`` reads and not ahead. Most posts
-    are; for those this one pass replaces the key-by-key walk, its checks in Python per
-    metric and a second pass to write the JSON. Nothing is refused here, so the order of
-    the keys, which only errors depend on, does not matter.
-    """
-    progress = status.get("progressPercentage")
-    if progress is not None and (type(progress) is not int or not 0 <= progress <= 100):
-        return None
-    remaining = status.get("estimatedRemainingSeconds")
-    if remaining is not None and (type(remaining) is not int or not 0 <= remaining <= _I32_MAX):
-        return None
-    metrics = status.get("metrics")
-    metrics_json = None
-    if metrics is not None:
-        metrics_json = _plain_metrics_json(metrics)
-        if metrics_json is None:
-            return None
-    text = status.get("lastUpdatedTime")
-    if text is None:
-        stamp = received.astimezone(UTC)
-        stamp_json = format_time(stamp)
-    else:
-        if type(text) is not str:
-            return None
-        plain = _plain_time(text)
-        if plain is None or plain > received + MAX_AHEAD:
-            return None
-        stamp = plain
-        stamp_json = _utc_text(text) or format_time(stamp)
-    written = _object_json(progress, remaining, metrics_json, stamp_json)
-    return TrainerStatus._written(progress, remaining, stamp, written)
-
-
-def _checked_update(status: dict[str, Any], trainjob: str, received: datetime) -> TrainerStatus:
-    """The update of any ``trainerStatus`` object, every field checked in the body's order
-    of keys; raises for the first wrong JSON type, or with every cause."""
     progress: int | None = None
     remaining: int | None = None
     metrics: tuple[Metric, ...] | None = None
@@ -615,38 +431,12 @@ def _metrics(value: Any, causes: list[Cause]) -> tuple[Metric, ...]:
     if type(value) is not list:
         raise PayloadError(_type_detail("trainerStatus.metrics", "an array", value))
     out: list[Metric] = []
-    append = out.append
-    new = tuple.__new__
-    # Names are interned, as TrainerStatus.metrics gives them for an update the common
-    # case read: a parsed update is the same whichever path read it.
-    intern = sys.intern
-    # The common case first, in one test per metric; the first metric that fails it sends
-    # the whole list down the careful path, which has the index at hand for its messages.
-    for item in value:
-        if type(item) is dict:
-            name = item.get("name")
-            text = item.get("value")
-            if (
-                type(name) is str
-                and type(text) is str
-                and 0 < len(name) <= _MAX_STRING
-                and 0 < len(text) <= _MAX_STRING
-                and name.isascii()
-                and text.isascii()
-            ):
-                append(new(Metric, (intern(name), text)))
-                continue
-        break
-    else:
-        if len(out) <= _MAX_METRICS:
-            return tuple(out)
-    out.clear()
     for index, item in enumerate(value):
         if type(item) is not dict:
             raise PayloadError(_type_detail(f"trainerStatus.metrics[{index}]", "an object", item))
         metric = _metric(item, index, causes)
         if metric is not None:
-            append(metric)
+            out.append(metric)
     if len(value) > _MAX_METRICS:
         causes.append(
             Cause(
@@ -658,62 +448,26 @@ def _metrics(value: Any, causes: list[Cause]) -> tuple[Metric, ...]:
     return tuple(out)
 
 
-# A metric's name and value as a pair, taken in C: KeyError for a missing one, TypeError
-# for an item that is not an object.
-_NAME_AND_VALUE = itemgetter("name", "value")
-_BETWEEN_NAME_AND_VALUE = '","value":"'.join
-# A name or value that JSON writes as it is, within the CRD's lengths: printable ASCII but
-# " and \ (encode_basestring_ascii escapes those two and the control characters).
-_PLAIN_TEXT = rf"[ !#-\[\]-~]{{1,{_MAX_STRING}}}"
-_PLAIN_METRIC = rf'\{{"name":"{_PLAIN_TEXT}","value":"{_PLAIN_TEXT}"\}}'
-_PLAIN_METRICS = re.compile(rf"\[{_PLAIN_METRIC}(?:,{_PLAIN_METRIC})*\]\Z")
-
-
-def _plain_metrics_json(items: Any) -> str | None:
-    """The compact JSON of ``metrics`` when it is at most 256 plainly valid metrics (see
-    ``_plain_update``); None otherwise.
-
-    The JSON is written first, as it would be for plain texts, and then read: a name or
-    value with a quote of its own would add a quote (each metric's JSON has 8 of ours),
-    so with the count right every text lies between our quotes, where the pattern checks
-    its characters and length. One pass of C per step, not Python code per metric.
-    """
-    if type(items) is not list or len(items) > _MAX_METRICS:
-        return None
-    if not items:
-        return "[]"
-    try:
-        pairs = map(_BETWEEN_NAME_AND_VALUE, map(_NAME_AND_VALUE, items))
-        text = '[{"name":"' + '"},{"name":"'.join(pairs) + '"}]'
-    except (KeyError, TypeError):  # no name or value, a null, not a string, not an object
-        return None
-    # isascii first: it costs nothing (a flag of the string) and turns away at once the
-    # posts with non-ASCII names, which the exact path writes with escapes.
-    if not text.isascii() or text.count('"') != 8 * len(items):
-        return None
-    return text if _PLAIN_METRICS.match(text) is not None else None
-
-
 def _metric(item: dict[str, Any], index: int, causes: list[Cause]) -> Metric | None:
     found: dict[str, str] = {}
     for key, text in item.items():
         if (key != "name" and key != "value") or text is None:
             continue
-        path = f"trainerStatus.metrics[{index}].{key}"
         if type(text) is not str:
-            raise PayloadError(_type_detail(path, "a string", text))
+            raise PayloadError(_type_detail(_metric_path(index, key), "a string", text))
         if not text.isascii():
-            _check_encodable(text, path)
+            _check_encodable(text, index, key)
         size = len(text)  # go-openapi counts characters, whatever the message says
         if size > _MAX_STRING:
             causes.append(
                 Cause(
                     TOO_LONG,
                     f"Too long: may not be more than {_MAX_STRING} bytes",
-                    "status." + path,
+                    "status." + _metric_path(index, key),
                 )
             )
         elif size == 0:
+            path = _metric_path(index, key)
             causes.append(
                 Cause(
                     INVALID,
@@ -722,20 +476,24 @@ def _metric(item: dict[str, Any], index: int, causes: list[Cause]) -> Metric | N
                 )
             )
         found[key] = text
-    for key in ("name", "value"):
-        if key not in found:
-            field = f"status.trainerStatus.metrics[{index}].{key}"
-            causes.append(Cause(REQUIRED, "Required value", field))
     if len(found) == 2:
         return Metric(sys.intern(found["name"]), found["value"])
+    for key in ("name", "value"):
+        if key not in found:
+            causes.append(Cause(REQUIRED, "Required value", "status." + _metric_path(index, key)))
     return None
 
 
-def _check_encodable(text: str, path: str) -> None:
+def _metric_path(index: int, key: str) -> str:
+    return f"trainerStatus.metrics[{index}].{key}"
+
+
+def _check_encodable(text: str, index: int, key: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise PayloadError(f"{path}: string holds an unpaired UTF-16 surrogate") from None
+        detail = "string holds an unpaired UTF-16 surrogate"
+        raise PayloadError(f"{_metric_path(index, key)}: {detail}") from None
 
 
 # RFC 3339's date-time where strfmt.IsDateTime agrees: hours <= 23, minutes and seconds
@@ -749,54 +507,12 @@ _DATE_TIME = re.compile(
 )
 
 
-# What clients send (Go's RFC 3339, Python's isoformat): a subset of the above that
-# datetime.fromisoformat reads the same way (fraction digits past 6 truncated), where it
-# reads it at all; whatever it refuses takes the exact path.
-_COMMON = re.compile(
-    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
-    r"(?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])\Z"
-)
-
-
-def _plain_time(text: str) -> datetime | None:
-    """The UTC instant of a date-time in the common form that datetime reads; None for
-    any other text, which only ``_date_time`` can judge."""
-    if _COMMON.match(text) is None:
-        return None
-    try:
-        return datetime.fromisoformat(text).astimezone(UTC)
-    except (ValueError, OverflowError):
-        return None  # hour 24, year 0, an offset of a day or more, ...
-
-
-def _utc_text(text: str) -> str | None:
-    """``format_time`` of the instant of ``text``, a time ``_plain_time`` read, when
-    ``text`` already spells it (UTC, whole seconds or six fraction digits not all zero),
-    as Go's RFC 3339 and Python's isoformat() of a UTC time do: no need to format it
-    again. None otherwise."""
-    # _COMMON read "YYYY-MM-DDTHH:MM:SS" (19 characters), then any fraction and the zone.
-    if len(text) == 20:  # no fraction, "Z"
-        return text
-    if text[-1] == "Z":
-        body = text[:-1]
-    elif text.endswith(("+00:00", "-00:00")):
-        body = text[:-6]
-    else:
-        return None
-    if len(body) == 19 or (len(body) == 26 and body[20:] != "000000"):
-        return body + "Z"
-    return None
-
-
 def _date_time(text: str, causes: list[Cause]) -> datetime | None:
     """The UTC instant of a valid date-time; None, and maybe a cause, otherwise.
 
     None without a cause is a valid date-time outside years 1..9999 UTC (our own rule,
     reported by the caller only if the CRD's rules would run).
     """
-    plain = _plain_time(text)
-    if plain is not None:
-        return plain
     match = _DATE_TIME.match(text)
     if match is not None:
         year, month, day, hour, minute, second, frac, sign, off_h, off_m = match.groups()
