@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -112,7 +111,7 @@ async def test_caches_status_writes_and_ca_distribution_work(
         assert len(pods) == 1
         assert await kube.get(PODS, "team-a", "tj-node-0-0") is not None
         status = {"progressPercentage": 5, "lastUpdatedTime": "2026-12-02T18:33:25Z"}
-        await kube.apply_trainjob_status("team-a", "tj", json.dumps(status).encode())
+        await kube.apply_trainjob_status("team-a", "tj", status)
         await distribution.start()
         async with asyncio.timeout(10):
             while "team-a" not in distribution.applied:

@@ -423,7 +423,7 @@ async def kube(kube_api: KubeAPI) -> AsyncIterator[KubeClient]:
 
 async def report(kube: KubeClient, namespace: str, name: str, **status: Any) -> None:
     """Write a trainerStatus as a trainer's post would end up."""
-    await kube.apply_trainjob_status(namespace, name, json.dumps(status).encode())
+    await kube.apply_trainjob_status(namespace, name, status)
 
 
 @pytest_asyncio.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -273,7 +272,7 @@ async def test_status_written_by_another_writer_is_exported(
     await server.kube.apply_trainjob_status(
         NS,
         "tj",
-        json.dumps({"progressPercentage": 77, "lastUpdatedTime": stamp(5)}).encode(),
+        {"progressPercentage": 77, "lastUpdatedTime": stamp(5)},
         field_manager="someone-else",
     )
     page = await scraper.until(has("tj"))

@@ -4,7 +4,6 @@ and expired watches, selectors, fetch on a miss), and its pure rules."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -108,9 +107,7 @@ async def test_syncs_then_sees_added_modified_deleted(
 
     kube_api.create_trainjob(NS, "new")
     await recorder.wait_for(("ADDED", "new"))
-    await kube.apply_trainjob_status(
-        NS, "new", json.dumps({"progressPercentage": 7, "lastUpdatedTime": T0}).encode()
-    )
+    await kube.apply_trainjob_status(NS, "new", {"progressPercentage": 7, "lastUpdatedTime": T0})
     await recorder.wait_for(("MODIFIED", "new"))
     held = cache.get(NS, "new")
     assert held is not None

@@ -4,7 +4,6 @@ trainerStatus, error mapping, timeouts, the request budget; and its pure parts."
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -41,11 +40,6 @@ async def kube(kube_api: KubeAPI) -> AsyncIterator[KubeClient]:
         yield client
 
 
-def encoded(trainer_status: dict[str, Any]) -> bytes:
-    """A trainerStatus object as the writer hands it over: compact JSON."""
-    return json.dumps(trainer_status, separators=(",", ":")).encode()
-
-
 def stored(cluster: KubeAPI, name: str) -> dict[str, Any]:
     found = cluster.get("trainjobs", NS, name, GROUP)
     assert found is not None
@@ -62,7 +56,7 @@ async def test_apply_writes_trainer_status_as_its_field_manager(
     kube_api.create_trainjob(NS, "tj")
     status = {"progressPercentage": 40, "estimatedRemainingSeconds": 600, "lastUpdatedTime": T0}
 
-    answer = await kube.apply_trainjob_status(NS, "tj", encoded(status))
+    answer = await kube.apply_trainjob_status(NS, "tj", status)
 
     assert answer["status"]["trainerStatus"] == status
     assert stored(kube_api, "tj")["status"]["trainerStatus"] == status
@@ -80,7 +74,7 @@ async def test_apply_is_one_request_with_no_read_first(
     """Counted where requests can be counted: the development cluster."""
     devcluster.create_trainjob(NS, "tj")
     status = {"progressPercentage": 40, "lastUpdatedTime": T0}
-    await kube.apply_trainjob_status(NS, "tj", encoded(status))
+    await kube.apply_trainjob_status(NS, "tj", status)
     assert devcluster.faults.count("patch", STATUS) == 1
     assert devcluster.faults.count("get") == 0
 
@@ -94,19 +88,15 @@ async def test_a_second_apply_without_a_field_removes_it(
     await kube.apply_trainjob_status(
         NS,
         "tj",
-        encoded(
-            {
-                "progressPercentage": 40,
-                "estimatedRemainingSeconds": 600,
-                "metrics": metrics,
-                "lastUpdatedTime": T0,
-            }
-        ),
+        {
+            "progressPercentage": 40,
+            "estimatedRemainingSeconds": 600,
+            "metrics": metrics,
+            "lastUpdatedTime": T0,
+        },
     )
 
-    await kube.apply_trainjob_status(
-        NS, "tj", encoded({"progressPercentage": 41, "lastUpdatedTime": T0})
-    )
+    await kube.apply_trainjob_status(NS, "tj", {"progressPercentage": 41, "lastUpdatedTime": T0})
 
     assert stored(kube_api, "tj")["status"]["trainerStatus"] == {
         "progressPercentage": 41,
@@ -121,13 +111,13 @@ async def test_a_conditional_apply_on_a_changed_object_is_409_and_writes_nothing
     created = kube_api.create_trainjob(NS, "tj")
     first = {"progressPercentage": 1, "lastUpdatedTime": T0}
     written = await kube.apply_trainjob_status(
-        NS, "tj", encoded(first), resource_version=created["metadata"]["resourceVersion"]
+        NS, "tj", first, resource_version=created["metadata"]["resourceVersion"]
     )
     with pytest.raises(KubeError) as caught:
         await kube.apply_trainjob_status(
             NS,
             "tj",
-            encoded({"progressPercentage": 2, "lastUpdatedTime": T0}),
+            {"progressPercentage": 2, "lastUpdatedTime": T0},
             resource_version=created["metadata"]["resourceVersion"],
         )
     error = caught.value
@@ -150,7 +140,7 @@ async def test_apply_to_a_missing_trainjob_is_404_and_creates_nothing(
     kube_api.ensure_namespace(NS)
     with pytest.raises(KubeError) as caught:
         await kube.apply_trainjob_status(
-            NS, "nope", encoded({"progressPercentage": 1, "lastUpdatedTime": T0})
+            NS, "nope", {"progressPercentage": 1, "lastUpdatedTime": T0}
         )
     assert (caught.value.status, caught.value.reason) == (404, "NotFound")
     assert caught.value.message == 'trainjobs.trainer.kubeflow.org "nope" not found'
@@ -165,7 +155,7 @@ async def test_an_invalid_status_is_422_with_the_api_servers_message(
     created = kube_api.create_trainjob(NS, "tj")
     with pytest.raises(KubeError) as caught:
         await kube.apply_trainjob_status(
-            NS, "tj", encoded({"progressPercentage": 101, "lastUpdatedTime": T0})
+            NS, "tj", {"progressPercentage": 101, "lastUpdatedTime": T0}
         )
     error = caught.value
     assert (error.status, error.reason) == (422, "Invalid")
@@ -197,9 +187,7 @@ async def test_api_failures_map_to_kube_error(
     created = devcluster.create_trainjob(NS, "tj")
     devcluster.faults.fail(code, retry_after=retry_after, verb="patch", resource=STATUS)
     with pytest.raises(KubeError) as caught:
-        await kube.apply_trainjob_status(
-            NS, "tj", encoded({"progressPercentage": 1, "lastUpdatedTime": T0})
-        )
+        await kube.apply_trainjob_status(NS, "tj", {"progressPercentage": 1, "lastUpdatedTime": T0})
     error = caught.value
     assert (error.status, error.reason, error.retry_after) == (code, reason, retry_after)
     assert error.body["code"] == code
@@ -250,7 +238,7 @@ async def test_a_stalled_api_server_is_unavailable_within_the_timeout(
         async with asyncio.timeout(1.5):
             with pytest.raises(KubeUnavailable, match=r"no answer within 0\.2s"):
                 await client.apply_trainjob_status(
-                    NS, "tj", encoded({"progressPercentage": 1, "lastUpdatedTime": T0})
+                    NS, "tj", {"progressPercentage": 1, "lastUpdatedTime": T0}
                 )
 
 

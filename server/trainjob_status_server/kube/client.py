@@ -252,30 +252,27 @@ class KubeClient:
         self,
         namespace: str,
         name: str,
-        trainer_status: bytes,
+        trainer_status: Obj,
         *,
         field_manager: str = FIELD_MANAGER,
         force: bool = True,
         resource_version: str | None = None,
     ) -> Obj:
         """Server-side apply of ``status.trainerStatus`` on the status subresource;
-        ``trainer_status`` is that object as JSON, sent as it is. Returns the TrainJob as
-        stored. The field manager owns trainerStatus as a whole, so a field left out of
-        ``trainer_status`` is removed. A missing TrainJob is a 404 (apply to a subresource
-        never creates). With ``resource_version`` the write is conditional: 409 Conflict
-        when the object changed since that version."""
+        ``trainer_status`` is that object (the body is sent as compact JSON). Returns the
+        TrainJob as stored. The field manager owns trainerStatus as a whole, so a field
+        left out of ``trainer_status`` is removed. A missing TrainJob is a 404 (apply to a
+        subresource never creates). With ``resource_version`` the write is conditional:
+        409 Conflict when the object changed since that version."""
         metadata = {"name": name, "namespace": namespace}
         if resource_version is not None:
             metadata["resourceVersion"] = resource_version
-        head = {"apiVersion": TRAINJOBS.api_version, "kind": TRAINJOBS.kind, "metadata": metadata}
-        body = b"".join(
-            (
-                _COMPACT.encode(head)[:-1].encode(),  # the object, still open
-                b',"status":{"trainerStatus":',
-                trainer_status,
-                b"}}",
-            )
-        )
+        body = {
+            "apiVersion": TRAINJOBS.api_version,
+            "kind": TRAINJOBS.kind,
+            "metadata": metadata,
+            "status": {"trainerStatus": trainer_status},
+        }
         query = [("fieldManager", field_manager)]
         if force:
             query.append(("force", "true"))
@@ -283,7 +280,7 @@ class KubeClient:
             "PATCH",
             TRAINJOBS.path(namespace, name, "status"),
             query,
-            body=body,
+            body=_COMPACT.encode(body).encode(),
             content_type=APPLY_PATCH_ENCODED,
         )
 

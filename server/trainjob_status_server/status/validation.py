@@ -224,9 +224,14 @@ class EncodedStatus:
     "Runs 4 and 5")."""
 
     last_updated_time: datetime  # aware, UTC
-    json: bytes  # to_json() as compact JSON: what the writer sends and the post is answered with
+    json: bytes  # to_json() as compact JSON: what the write applies and the post is answered with
     received: datetime  # aware
     progress: int | None = None  # its progressPercentage: what the write order reads
+
+    def trainer_status(self) -> dict[str, Any]:
+        """The ``trainerStatus`` object, decoded from ``json``: what its write applies."""
+        result: dict[str, Any] = json.loads(self.json)
+        return result
 
 
 # Compact JSON, ASCII only (escapes for the rest), as json.dumps writes it with these

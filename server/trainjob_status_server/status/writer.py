@@ -104,7 +104,7 @@ class DirectWriter:
         """Apply ``update``; a failed write raises what the post is refused for."""
         started = time.monotonic()
         try:
-            await self.kube.apply_trainjob_status(namespace, name, update.json)
+            await self.kube.apply_trainjob_status(namespace, name, update.trainer_status())
         except KubeUnavailable as exc:
             selfmetrics.API_WRITES.labels("error").inc()
             raise Unavailable.of(exc) from exc
@@ -402,7 +402,7 @@ class CoalescingWriter:
         started = self.clock()
         try:
             written = await self.kube.apply_trainjob_status(
-                namespace, name, pending.update.json, resource_version=version
+                namespace, name, pending.update.trainer_status(), resource_version=version
             )
         except KubeUnavailable:
             selfmetrics.API_WRITES.labels("error").inc()
