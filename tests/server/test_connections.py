@@ -22,6 +22,7 @@ from prometheus_client import REGISTRY
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.harness.acceptall import AcceptAll
+from trainjob_devcluster.harness.testing import eventually
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 
@@ -530,3 +531,35 @@ async def test_pipelined_requests_beyond_the_parsers_queue_are_all_answered(
         assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
         assert await reader.readexactly(2) == b"ok"
     writer.close()
+
+
+async def test_a_client_gone_in_the_middle_of_its_body_is_no_server_error(
+    running: StatusServer, certs: ServingCerts, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The connection lost while the body is awaited: logged at info, not as a failure
+    with its traceback, and not counted as a post (nothing failed here, and no answer
+    can reach it)."""
+    errors_before = REGISTRY.get_sample_value("trainjob_status_requests_total", {"code": "500"})
+    _, writer = await connect(running, certs)
+    writer.write(head(length=100) + b'{"trainerSta')
+    await writer.drain()
+
+    assert running._site is not None
+    slots = running._site.slots
+
+    async def head_in() -> bool:
+        return slots.count("127.0.0.1") == 1 and slots.fresh("127.0.0.1") == 0
+
+    await eventually(head_in, "the server has the head and waits for the body")
+    writer.transport.abort()  # a reset, as a peer that died or was closed for others
+    caplog.set_level(logging.INFO)
+
+    async def abandoned() -> bool:
+        return any(r.getMessage() == "request abandoned: connection lost" for r in caplog.records)
+
+    await eventually(abandoned, "the lost request is logged")
+    [record] = [r for r in caplog.records if r.getMessage() == "request abandoned: connection lost"]
+    assert record.levelno == logging.INFO
+    assert not [r for r in caplog.records if r.getMessage() == "request failed"]
+    errors_after = REGISTRY.get_sample_value("trainjob_status_requests_total", {"code": "500"})
+    assert errors_after == errors_before

@@ -75,6 +75,12 @@ async def answer(
     except web.HTTPException as exc:
         # aiohttp's own refusals, raised by what a handler calls, keep their code.
         response = errors.refused_by_aiohttp(exc.status, exc.reason).response()
+    except ConnectionResetError:
+        # The client went away in the middle of its request (closed, reset, or closed
+        # for a newcomer while it dripped its body): nothing failed here, and no answer
+        # can reach it. Neither counted as a post nor logged as an error.
+        log.info("request abandoned: connection lost", extra={"request_id": request_id})
+        return errors.bad_request("connection lost").response()
     except Exception:
         log.exception("request failed", extra={"request_id": request_id})
         response = errors.internal_error().response()
