@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from trainjob_status_server.peers.batch import Handed, decode_batch, encode_batch
+from trainjob_status_server.peers.forwarding import queued
 from trainjob_status_server.peers.ring import Peer, ranked, ready_peers
 from trainjob_status_server.status.validation import (
+    EncodedStatus,
     PayloadError,
     ValidationFailed,
     parse_trainer_status,
@@ -160,3 +162,18 @@ def test_an_update_the_crd_refuses_is_refused_as_a_post_would_be() -> None:
         "status.trainerStatus.progressPercentage: Invalid value: 101: "
         "trainerStatus.progressPercentage in body should be less than or equal to 100"
     )
+
+
+def test_a_queued_update_for_the_owner_keeps_the_newest_and_every_final() -> None:
+    def at(progress: int, tenths: int) -> EncodedStatus:
+        stamp = f"2026-12-07T10:00:00.{tenths}Z"  # before RECEIVED: ordered by its stamp
+        return handed(
+            "job1", progress, {"progressPercentage": progress, "lastUpdatedTime": stamp}
+        ).update
+
+    first, final, after, newest = at(10, 1), at(100, 2), at(99, 3), at(98, 4)
+    assert queued([], first) == [first]
+    assert queued([first], final) == [final]  # the newer replaces the held one
+    assert queued([final], after) == [final, after]  # a final one is never replaced
+    assert queued([final, after], newest) == [final, newest]
+    assert queued([final, newest], after) == [final, newest]  # an older one is dropped

@@ -26,7 +26,7 @@ import hashlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from trainjob_status.contract import audience as audience_for
 
@@ -302,14 +302,15 @@ class TokenAuthenticator:
             )
             raise RateLimited(wait)
 
-    def _charge_source(self, source: str, namespace: str, trainjob: str) -> None:
-        """Spend a review of ``source``'s bucket, or raise RateLimited."""
+    def _charge_source(self, source: str, what: str) -> None:
+        """Spend a review of ``source``'s bucket, or raise RateLimited (``what``: the
+        TrainJob a post is for, or ``hand-over``, in the log line)."""
         wait = self.sources.take(source)
         if wait is not None:
             RATE_LIMITED.inc()
             log.info(
                 "post rate-limited: reviews of its source address",
-                extra={"trainjob": f"{namespace}/{trainjob}", "source": source},
+                extra={"trainjob": what, "source": source},
             )
             raise RateLimited(wait)
 
@@ -327,21 +328,13 @@ class TokenAuthenticator:
     async def _verify(
         self, token: str, digest: bytes, namespace: str, trainjob: str, now: float, source: str
     ) -> Verified:
-        """The entry of ``token``, verified (its signature, or a TokenReview)."""
+        """The entry of ``token``, verified for a post to ``namespace/trainjob``."""
         audience = audience_for(namespace, trainjob)
-        if self.signatures is not None:
-            claims, key = await self.signatures.verify(token)
-            facts = parse_facts(claims)
-        else:
-            assert self.reviewer is not None  # TokenReview mode once started
-            allowed_algorithm(header_of(token))
-            facts = parse_facts(unverified_claims(token))
-            # Claims first: a token that would fail them never reaches the API server.
+
+        def claims(facts: TokenFacts) -> None:
             self._check(facts, audience, namespace, now)
-            # A refusal remembered for this digest costs nothing; any other review is
-            # charged to the source address that sent it, never to the account the
-            # token only claims: forged tokens naming a pod cannot spend its rate.
-            self.reviewer.check_refused(digest)
+
+        async def pod(facts: TokenFacts) -> None:
             if facts.pod_name is not None and facts.pod_uid is not None:
                 # What the pod cache can refuse costs no review: a forged token must
                 # name a live pod of the TrainJob, with its uid, to cost one.
@@ -349,9 +342,43 @@ class TokenAuthenticator:
                 await self.binding.check_cached(
                     namespace, facts.pod_name, facts.pod_uid, trainjob, now
                 )
+
+        return await self._verified(
+            token, digest, now, audience, claims, pod, source, f"{namespace}/{trainjob}"
+        )
+
+    async def _verified(
+        self,
+        token: str,
+        digest: bytes,
+        now: float,
+        audience: str,
+        claims: Callable[[TokenFacts], None],
+        before_review: Callable[[TokenFacts], Awaitable[None]] | None,
+        source: str,
+        what: str,
+    ) -> Verified:
+        """The entry of ``token``, verified: its signature, or in TokenReview mode
+        ``claims`` (then ``before_review``) and a review for ``audience`` charged to
+        ``source``; ``what`` names the request in a log line."""
+        if self.signatures is not None:
+            verified, key = await self.signatures.verify(token)
+            facts = parse_facts(verified)
+        else:
+            assert self.reviewer is not None  # TokenReview mode once started
+            allowed_algorithm(header_of(token))
+            facts = parse_facts(unverified_claims(token))
+            # Claims first: a token that would fail them never reaches the API server.
+            claims(facts)
+            # A refusal remembered for this digest costs nothing; any other review is
+            # charged to the source address that sent it, never to the account the
+            # token only claims: forged tokens naming a pod cannot spend its rate.
+            self.reviewer.check_refused(digest)
+            if before_review is not None:
+                await before_review(facts)
             if not self.reviewer.asking(digest):
                 # A review already asked for costs no more; a new one is the source's.
-                self._charge_source(source, namespace, trainjob)
+                self._charge_source(source, what)
             await self.reviewer.review(token, digest, audience, facts)
             key = None
         until = (facts.expires if facts.expires is not None else -1.0) + self.settings.leeway
@@ -396,28 +423,14 @@ class TokenAuthenticator:
     async def _verify_peer(
         self, token: str, digest: bytes, subject: str, now: float, source: str
     ) -> Verified:
-        if self.signatures is not None:
-            claims, key = await self.signatures.verify(token)
-            facts = parse_facts(claims)
-        else:
-            assert self.reviewer is not None  # TokenReview mode once started
-            allowed_algorithm(header_of(token))
-            facts = parse_facts(unverified_claims(token))
+        def claims(facts: TokenFacts) -> None:
             check_peer(
                 facts, issuer=self.issuer, subject=subject, now=now, leeway=self.settings.leeway
             )
-            self.reviewer.check_refused(digest)
-            if not self.reviewer.asking(digest):
-                wait = self.sources.take(source)
-                if wait is not None:
-                    RATE_LIMITED.inc()
-                    raise RateLimited(wait)
-            await self.reviewer.review(token, digest, PEER_AUDIENCE, facts)
-            key = None
-        until = (facts.expires if facts.expires is not None else -1.0) + self.settings.leeway
-        entry = Verified(facts, key, until)
-        self.tokens.put(digest, entry, now)
-        return entry
+
+        return await self._verified(
+            token, digest, now, PEER_AUDIENCE, claims, None, source, "hand-over"
+        )
 
     @staticmethod
     def _refused(
