@@ -442,8 +442,9 @@ _FLAGS = (
         _path,
         "a projected token of --service-account for the audience"
         " trainjob-status.kubeflow.org/peers: what this replica proves itself with when it"
-        " hands the updates its drain could not write to a replica that stays; no such"
-        " file: no hand-over",
+        " gives updates to another replica (the one that owns their TrainJob, or at"
+        " shutdown one that stays); no such file: it writes every update it takes, and"
+        " hands nothing over",
     ),
 )
 

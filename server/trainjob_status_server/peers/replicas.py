@@ -96,11 +96,12 @@ class Replicas:
         self._changes = 0
 
     async def start(self) -> None:
-        """Watch the Service's endpoints, where this replica has a token to hand over
-        with (else it never hands over: its drain has all its time)."""
+        """Watch the Service's endpoints, where this replica has a token to give updates
+        with (else it gives none: it writes what it takes, and its drain has all its
+        time)."""
         if self.token_file is None or not self.token_file.is_file():
             log.info(
-                "no hand-over at shutdown: no peer token file",
+                "no peer token file: this replica writes what it takes, and hands nothing over",
                 extra={"path": None if self.token_file is None else str(self.token_file)},
             )
             return
