@@ -45,6 +45,14 @@ CA_RETRY_SECONDS = 60.0  # after a CA file that would not load
 _BATCH_BYTES = MAX_BATCH_BYTES // 2  # what a sender puts in one batch, at most
 
 
+def _grouped(updates: Sequence[tuple[Key, EncodedStatus]]) -> dict[Key, list[Handed]]:
+    """``updates`` by TrainJob, each TrainJob's in their order."""
+    by_key: dict[Key, list[Handed]] = {}
+    for key, update in updates:
+        by_key.setdefault(key, []).append(Handed(key[0], key[1], update))
+    return by_key
+
+
 def _chunks(groups: Sequence[list[Handed]]) -> list[list[Handed]]:
     """``groups`` (one TrainJob's updates each) packed into batches of at most
     ``_BATCH_BYTES``, a TrainJob's updates never split."""
@@ -198,9 +206,7 @@ class Replicas:
         """Send ``updates`` (in order, several per TrainJob where one waits behind
         another) to the replicas that stay, within ``seconds``; the TrainJobs whose
         updates one took."""
-        by_key: dict[Key, list[Handed]] = {}
-        for key, update in updates:
-            by_key.setdefault(key, []).append(Handed(key[0], key[1], update))
+        by_key = _grouped(updates)
         if not by_key:
             return set()
         peers, token, client = self.successors(), self._token(), self._client()
@@ -251,11 +257,9 @@ class Replicas:
         token, client = self._token(), self._client()
         if token is None or client is None:
             return set()
-        by_key: dict[Key, list[Handed]] = {}
-        for key, update in updates:
-            by_key.setdefault(key, []).append(Handed(key[0], key[1], update))
         deadline = asyncio.get_running_loop().time() + seconds
-        taken, _ = await self._give(client, token, peer, list(by_key.values()), deadline)
+        groups = list(_grouped(updates).values())
+        taken, _ = await self._give(client, token, peer, groups, deadline)
         return taken
 
     async def _give(
