@@ -33,6 +33,7 @@ from .http.handover import HANDOVER_PATH, HandOverEndpoint
 from .http.listener import CappedSite, Limits
 from .http.metricsauth import REVIEWS_PER_SOURCE as METRICS_REVIEWS_PER_SOURCE
 from .http.metricsauth import MetricsGuard, VerdictCache
+from .http.progressapi import ProgressAPI
 from .http.request_handling import no_server_header
 from .http.responses import Answer
 from .http.serving import ServingHandler
@@ -67,6 +68,11 @@ METRICS_CONNECTIONS = 64
 """Open connections to the metrics port: scrapers keep one each."""
 
 METRICS_CONNECTIONS_PER_IP = 16
+
+PROGRESS_API_CONNECTIONS = (128, 64)
+"""Open connections to the aggregated API port, in all and from one address: the API
+servers' proxies keep a pool each (only they finish a handshake: a client certificate
+of their CA is required)."""
 
 TRAINJOB_ABSENT_SECONDS = 10.0
 """How long a TrainJob the API server said does not exist is taken as missing without
@@ -190,6 +196,10 @@ class StatusServer:
             if config.metrics_secure
             else None
         )
+        # The aggregated API: built in start(), once the serving certificate exists.
+        self.progress_api: ProgressAPI | None = None
+        self._progress: web.AppRunner | None = None
+        self._progress_site: CappedSite | None = None
         self.shutting_down = False
         self._serving: web.ServerRunner | None = None
         self._webhook: web.ServerRunner | None = None
@@ -272,6 +282,13 @@ class StatusServer:
     def webhook_url(self) -> str | None:
         """The webhook port's URL; None without the pod injector (``--no-inject-pods``)."""
         return None if self._webhook_site is None else self._serving_url(self._webhook_site)
+
+    @property
+    def progress_api_url(self) -> str | None:
+        """The aggregated API port's URL; None without ``--progress-api-port``."""
+        if self._progress_site is None:
+            return None
+        return self._serving_url(self._progress_site)
 
     @property
     def probe_url(self) -> str:
@@ -398,6 +415,8 @@ class StatusServer:
             (METRICS_CONNECTIONS, METRICS_CONNECTIONS_PER_IP),
             "metrics",
         )
+        if config.progress_api_port is not None:
+            await self._serve_progress_api(config.progress_api_port)
         self._probes = web.AppRunner(self.probe_app(), **QUIET, handle_signals=False)
         self._probe_site = await self._listen(
             self._probes,
@@ -414,9 +433,33 @@ class StatusServer:
                 "webhook_url": self.webhook_url,
                 "metrics_url": self.metrics_url,
                 "probe_url": self.probe_url,
+                "progress_api_url": self.progress_api_url,
             },
         )
         return self
+
+    async def _serve_progress_api(self, port: int) -> None:
+        """The aggregated API on ``port``: the serving certificate, and a client
+        certificate of the API server's front proxy required (its CA read at start)."""
+        config = self.config
+        assert config.tls_cert_file is not None
+        assert config.tls_key_file is not None
+        tls = ReloadingTLS(
+            config.tls_cert_file,
+            config.tls_key_file,
+            min_version=config.tls_min_version,
+            poll_interval=config.tls_reload_interval,
+            client_ca="",
+        )
+        self.progress_api = ProgressAPI(
+            self.kube, self.budgets.metrics, self.trainjobs, self.exporter.view, tls
+        )
+        await tls.start()
+        await self.progress_api.start()
+        self._progress = web.AppRunner(self.progress_api.app(), **QUIET, handle_signals=False)
+        self._progress_site = await self._listen(
+            self._progress, port, tls.context, PROGRESS_API_CONNECTIONS, "progress-api"
+        )
 
     async def stop(self) -> None:
         self.shutting_down = True
@@ -440,6 +483,11 @@ class StatusServer:
             await self._webhook.cleanup()
         if self._metrics is not None:
             await self._metrics.cleanup()
+        if self._progress is not None:
+            await self._progress.cleanup()
+        if self.progress_api is not None:
+            await self.progress_api.stop()
+            await self.progress_api.tls.stop()
         if self._probes is not None:
             await self._probes.cleanup()
         self.exporter.stop()

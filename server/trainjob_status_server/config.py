@@ -27,6 +27,8 @@ class Config:
     metrics_port: int = 9090
     probe_port: int = 8081
     webhook_port: int = 9443
+    # The aggregated API (trainjobprogresses); None: not served.
+    progress_api_port: int | None = None
     metrics_secure: bool = False
     metrics_auth_cache_ttl: float = 60.0
     tls_cert_file: Path | None = None
@@ -128,6 +130,22 @@ class Config:
             value = getattr(self, name)
             if not 0 <= value <= 65535:
                 problems.append(f"--{name.replace('_', '-')} must be 0..65535, got {value}")
+        if self.progress_api_port is not None:
+            if not 0 <= self.progress_api_port <= 65535:
+                problems.append(
+                    f"--progress-api-port must be 0..65535, got {self.progress_api_port}"
+                )
+            elif self.progress_api_port != 0 and self.progress_api_port in (
+                self.port,
+                self.metrics_port,
+                self.probe_port,
+                self.webhook_port,
+            ):
+                problems.append("--progress-api-port must differ from the other ports")
+            if self.insecure_http:
+                problems.append(
+                    "--progress-api-port needs the serving certificate: not --insecure-http"
+                )
         if self.port == self.metrics_port and self.port != 0:
             problems.append("--port and --metrics-port must differ")
         if self.probe_port != 0 and self.probe_port in (self.port, self.metrics_port):
@@ -251,6 +269,15 @@ _FLAGS = (
         " again): a crowd on the status port cannot hold back admissions, nor the reverse."
         " --port answers /mutate-pods too, for a webhook configuration that still names it",
     ),
+    _Flag(
+        "progress_api_port",
+        int,
+        "HTTPS port of the aggregated API trainjob-status.kubeflow.org/v1alpha1"
+        " (trainjobprogresses: each TrainJob's newest update, read through the Kubernetes"
+        " API server, which its APIService sends here); only the API server's front proxy"
+        " is answered (kube-system/extension-apiserver-authentication says who that is)."
+        " Unset: not served",
+    ),
     _Flag("tls_cert_file", _path, "serving certificate (PEM); reloaded when it changes"),
     _Flag("tls_key_file", _path, "serving private key (PEM); reloaded when it changes"),
     _Flag("tls_min_version", str, "lowest TLS version accepted", ("1.2", "1.3")),
@@ -293,8 +320,9 @@ _FLAGS = (
         "kube_metrics_qps",
         float,
         "Kubernetes API requests per second for the metrics port's TokenReviews and"
-        " SubjectAccessReviews (--metrics-secure): a budget of their own, so scrapers, or"
-        " strangers with garbage tokens, cannot delay the posts' token checks",
+        " SubjectAccessReviews (--metrics-secure) and the aggregated API's"
+        " SubjectAccessReviews: a budget of their own, so scrapers, or strangers with"
+        " garbage tokens, cannot delay the posts' token checks",
     ),
     _Flag("kube_metrics_burst", int, "burst of the metrics-review API budget"),
     _Flag(

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import pytest
 import pytest_asyncio
 from prometheus_client import REGISTRY
 
@@ -21,6 +23,8 @@ from trainjob_status_server.running import serve_until_signalled
 from .conftest import GROUP, NS, ServingCerts, status_path, with_changes
 from .slowlink import SlowLink
 
+# The defaults' Service namespace (the test certificates name the Service).
+SERVER_NS = Config.service_namespace
 DIRTY = 150
 HANDED = "trainjob_status_peer_updates_total"
 LOST = "trainjob_status_updates_dropped_total"
@@ -119,3 +123,16 @@ async def post(session: aiohttp.ClientSession, url: str, name: str, body: bytes)
         url + status_path(NS, name), data=body, headers={"Authorization": "Bearer test"}
     ) as answer:
         return answer.status
+
+
+def machine_address() -> str:
+    """This machine's address on its default route (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 9))
+            address = str(probe.getsockname()[0])
+        except OSError:
+            address = "127.0.0.1"
+    if address.startswith("127."):
+        pytest.fail("this machine has no address but loopback: an endpoint needs one")
+    return address

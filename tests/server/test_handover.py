@@ -17,7 +17,6 @@ import datetime as dt
 import json
 import os
 import signal
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +40,12 @@ from trainjob_status_server.status.writer import HANDOVER_SECONDS, CoalescingWri
 from .conftest import NS
 from .replicas import (
     DIRTY,
+    SERVER_NS,
     Replica,
     handed_count,
     link,
     lost_count,
+    machine_address,
     post,
     replica_config,
     session,
@@ -58,7 +59,6 @@ __all__ = ["link", "session"]  # fixtures
 on_the_real_server = pytest.mark.parametrize("kube_api", ["real"], indirect=True)
 
 # The defaults' Service and ServiceAccount (the test certificates name the Service).
-SERVER_NS = Config.service_namespace
 SERVER_SA = Config.service_account
 ENDPOINTSLICES = 'trainjob_status_cache_objects{resource="endpointslices"}'
 
@@ -102,19 +102,6 @@ def endpoint_slice(kube_api: RealCluster, name: str, address: str, port: int) ->
             "ports": [{"name": "status-server", "port": port, "protocol": "TCP"}],
         },
     )
-
-
-def machine_address() -> str:
-    """This machine's address on its default route (no packet is sent)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("10.255.255.255", 9))
-            address = str(probe.getsockname()[0])
-        except OSError:
-            address = "127.0.0.1"
-    if address.startswith("127."):
-        pytest.fail("this machine has no address but loopback: an endpoint needs one")
-    return address
 
 
 def checking_tokens(kube_api: RealCluster, *, token_review: bool = False) -> TokenAuthenticator:

@@ -106,6 +106,12 @@ class ApiserverFiles:
     token_file: Path
     sa_public_key: Path
     sa_signing_key: Path
+    front_proxy_ca: Path
+    front_proxy_cert: Path
+    front_proxy_key: Path
+
+
+FRONT_PROXY_NAME = "front-proxy-client"
 
 
 def apiserver_args(files: ApiserverFiles, port: int, etcd_port: int, issuer: str) -> list[str]:
@@ -129,6 +135,17 @@ def apiserver_args(files: ApiserverFiles, port: int, etcd_port: int, issuer: str
         "--allow-privileged=true",
         # The discovery document points at this server, where the suite can reach it.
         f"--service-account-jwks-uri=https://127.0.0.1:{port}/openid/v1/jwks",
+        # The aggregation layer, as kubeadm sets it up: a front proxy with a client
+        # certificate of its own CA, and the APIServices' Services reached at their
+        # endpoints (no kube-proxy here).
+        f"--requestheader-client-ca-file={files.front_proxy_ca}",
+        f"--requestheader-allowed-names={FRONT_PROXY_NAME}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={files.front_proxy_cert}",
+        f"--proxy-client-key-file={files.front_proxy_key}",
+        "--enable-aggregator-routing=true",
     ]
 
 
@@ -164,6 +181,8 @@ class ControlPlane:
         self.workdir = Path(tempfile.mkdtemp(prefix="controlplane-"))
         self.admin_token = secrets.token_urlsafe(32)
         self.ca = CertificateAuthority("trainjob-status control plane CA")
+        # Signs the front proxy's client certificate (an aggregated API trusts it).
+        self.front_proxy = CertificateAuthority("trainjob-status front proxy CA")
         self.url = ""
         self.kubeconfig_path = self.workdir / "kubeconfig"
         self.ca_path = self.workdir / "ca.crt"
@@ -254,6 +273,7 @@ class ControlPlane:
         )
         signing = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.ca_path.write_bytes(self.ca.cert_pem)
+        proxy_cert, proxy_key = self.front_proxy.issue_client_cert(FRONT_PROXY_NAME)
         return ApiserverFiles(
             serving_cert=private("apiserver.crt", cert),
             serving_key=private("apiserver.key", key),
@@ -276,6 +296,9 @@ class ControlPlane:
                     serialization.NoEncryption(),
                 ),
             ),
+            front_proxy_ca=private("front-proxy-ca.crt", self.front_proxy.cert_pem),
+            front_proxy_cert=private("front-proxy-client.crt", proxy_cert),
+            front_proxy_key=private("front-proxy-client.key", proxy_key),
         )
 
     def _check_alive(self) -> None:

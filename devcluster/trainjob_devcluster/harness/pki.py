@@ -21,6 +21,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from trainjob_status_server.certificates import pki
 
@@ -77,6 +80,36 @@ class CertificateAuthority:
         now = _now(self._clock)
         lifetime = validity or self._validity
         return pki.issue(self.cert_pem, self._key_pem, dns_names, now, lifetime, ip_addresses)
+
+    def issue_client_cert(self, common_name: str) -> tuple[bytes, bytes]:
+        """A client certificate (clientAuth) for ``common_name``: (cert PEM, key PEM),
+        as the API server's front proxy presents to an aggregated API."""
+        now = _now(self._clock)
+        key = ec.generate_private_key(ec.SECP256R1())
+        ca_key = serialization.load_pem_private_key(self._key_pem, None)
+        assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .issuer_name(self._cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - pki.BACKDATE)
+            .not_valid_after(min(now + self._validity, self._cert.not_valid_after_utc))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._cert.public_key()),  # type: ignore[arg-type]
+                critical=False,
+            )
+            .sign(ca_key, hashes.SHA256())
+        )
+        key_pem = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
 @contextlib.contextmanager

@@ -55,17 +55,29 @@ def stamp(path: Path) -> FileStamp | None:
     return FileStamp(st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def build_context(cert_file: Path, key_file: Path, min_version: str) -> ssl.SSLContext:
-    """A server context for the pair; ssl.SSLError or OSError if the pair does not load."""
+def build_context(
+    cert_file: Path, key_file: Path, min_version: str, client_ca: str | None = None
+) -> ssl.SSLContext:
+    """A server context for the pair; ssl.SSLError or OSError if the pair does not load.
+    With ``client_ca`` (PEM), every client must present a certificate it signed."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = TLS_VERSIONS[min_version]
     context.set_ciphers(TLS12_CIPHERS)
     context.load_cert_chain(cert_file, key_file)
+    if client_ca is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        if client_ca:
+            context.load_verify_locations(cadata=client_ca)
     return context
 
 
 class ReloadingTLS:
-    """Owns the listening SSL context; ``start`` watches the files, ``stop`` ends that."""
+    """Owns the listening SSL context; ``start`` watches the files, ``stop`` ends that.
+
+    With ``client_ca`` (PEM; "" trusts no one yet), clients must present a certificate
+    that CA signed; ``trust`` replaces the CA for new handshakes. The listening context
+    requires a certificate whatever the CA: OpenSSL keeps a connection's verify mode from
+    the context it was made with, and takes the CA from the context it is handed to."""
 
     def __init__(
         self,
@@ -74,21 +86,35 @@ class ReloadingTLS:
         *,
         min_version: str = "1.2",
         poll_interval: float = 10.0,
+        client_ca: str | None = None,
     ) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
         self.min_version = min_version
         self.poll_interval = poll_interval
         self.reloads = 0
+        self.client_ca = client_ca
         self._stamps = self._read_stamps()
         # The first load must succeed: a server without a certificate must not start.
-        self._current = build_context(cert_file, key_file, min_version)
-        self.context = build_context(cert_file, key_file, min_version)
+        self._current = self._build()
+        self.context = self._build()
         self.context.sni_callback = self._pick
         self._task: asyncio.Task[None] | None = None
 
     def _pick(self, connection: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
         connection.context = self._current
+
+    def _build(self) -> ssl.SSLContext:
+        return build_context(self.cert_file, self.key_file, self.min_version, self.client_ca)
+
+    def trust(self, client_ca: str) -> None:
+        """New handshakes need a client certificate ``client_ca`` (PEM) signed;
+        ssl.SSLError if it holds no certificate that loads."""
+        if self.client_ca is None:
+            raise ValueError("this context asks no client for a certificate")
+        fresh = build_context(self.cert_file, self.key_file, self.min_version, client_ca)
+        self.client_ca = client_ca
+        self._current = fresh
 
     def _read_stamps(self) -> tuple[FileStamp | None, FileStamp | None]:
         return stamp(self.cert_file), stamp(self.key_file)
@@ -100,9 +126,7 @@ class ReloadingTLS:
             return False
         self._stamps = stamps
         try:
-            fresh = await asyncio.to_thread(
-                build_context, self.cert_file, self.key_file, self.min_version
-            )
+            fresh = await asyncio.to_thread(self._build)
         except (OSError, ssl.SSLError) as exc:
             log.warning(
                 "tls reload failed, still serving the previous certificate",

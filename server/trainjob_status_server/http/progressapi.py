@@ -1,0 +1,266 @@
+"""The aggregated API port: ``trainjob-status.kubeflow.org/v1alpha1`` served to the
+Kubernetes API server, which proxies its users' reads here (an APIService, as
+metrics-server serves ``metrics.k8s.io``). Each TrainJob's newest accepted update is
+read from memory: no etcd write and no TrainJob read per request.
+
+Who asks: only the API server's front proxy. The port's TLS requires a client
+certificate of the proxy's CA (``kube-system/extension-apiserver-authentication``, read
+at start and every ``REFRESH_SECONDS``); its common name must be one the ConfigMap
+allows, and the user is the one its ``X-Remote-*`` headers name. Anything else is a 401.
+What they may read: the API server has authorized the request on
+``trainjobprogresses``; a read also needs ``get`` (``list`` for a list) on the TrainJobs
+themselves, asked by SubjectAccessReview and kept ``ACCESS_TTL`` seconds per user,
+namespace, name and verb (the ``metrics`` API budget). Discovery is public, as
+``system:discovery`` makes it on the API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from ..certificates.tls import ReloadingTLS
+from ..kube.cache import WatchCache
+from ..kube.client import KubeClient
+from ..kube.errors import KubeBudgetExhausted, KubeError, KubeUnavailable
+from ..kube.resources import Key, Obj
+from ..progress import frontproxy, resource
+from ..progress.frontproxy import RequestHeaderSettings, SettingsError, User
+from ..progress.resource import Read
+from .errors import StatusError
+from .metricsauth import SUBJECTACCESSREVIEWS_PATH, Verdict, VerdictCache, judge_access
+
+log = logging.getLogger(__name__)
+
+REFRESH_SECONDS = 60.0
+"""How often the front proxy's CA and names are read again (the API server rewrites
+the ConfigMap when its flags change)."""
+
+ACCESS_TTL = 10.0
+"""How long a SubjectAccessReview's verdict is kept (metrics-server's delegated
+authorization keeps its verdicts as long)."""
+
+View = Callable[[Key, Obj], Obj | None]
+"""A cached TrainJob -> the same TrainJob with its newest accepted update in its status
+(the object itself when the status holds the newest): ``Exporter.view``."""
+
+_DISCOVERY = {
+    "/apis": resource.api_group_list,
+    f"/apis/{resource.GROUP}": resource.api_group,
+    f"/apis/{resource.GROUP_VERSION}": resource.api_resource_list,
+}
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status,
+        body=json.dumps(body, separators=(",", ":")).encode(),
+        content_type="application/json",
+    )
+
+
+def _status(code: int, reason: str, message: str, **details: str) -> web.Response:
+    return _json(StatusError(code, reason, message, details=details or None).body(), code)
+
+
+def _not_found(name: str) -> web.Response:
+    return _status(
+        404,
+        "NotFound",
+        f'{resource.QUALIFIED} "{name}" not found',
+        name=name,
+        group=resource.GROUP,
+        kind=resource.RESOURCE,
+    )
+
+
+def _forbidden(user: User, read: Read, reason: str) -> web.Response:
+    """As the API server words a refusal, for the TrainJobs the read needs."""
+    target = resource.QUALIFIED if read.name is None else f'{resource.QUALIFIED} "{read.name}"'
+    scope = (
+        "at the cluster scope" if read.namespace is None else f'in the namespace "{read.namespace}"'
+    )
+    message = (
+        f'{target} is forbidden: User "{user.name}" cannot {read.verb} resource '
+        f'"{resource.TRAINJOB_RESOURCE}" in API group "{resource.TRAINJOB_GROUP}" {scope}'
+    )
+    if reason:
+        message += f": {reason}"
+    return _status(403, "Forbidden", message)
+
+
+def access_review(user: User, read: Read) -> dict[str, Any]:
+    """The SubjectAccessReview asking whether ``user`` may read the TrainJobs ``read``
+    reads (pure)."""
+    attributes: dict[str, str] = {
+        "group": resource.TRAINJOB_GROUP,
+        "resource": resource.TRAINJOB_RESOURCE,
+        "verb": read.verb,
+    }
+    if read.namespace is not None:
+        attributes["namespace"] = read.namespace
+    if read.name is not None:
+        attributes["name"] = read.name
+    return {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {**user.review_fields(), "resourceAttributes": attributes},
+    }
+
+
+class ProgressAPI:
+    """The aggregated API's requests: ``start`` reads the front proxy's settings (and
+    keeps reading them), ``app`` serves. ``tls`` is the port's context (client
+    certificates required); ``view`` gives a TrainJob's newest update."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        reviews: KubeClient,
+        trainjobs: WatchCache,
+        view: View,
+        tls: ReloadingTLS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.kube = kube
+        self.reviews = reviews
+        self.trainjobs = trainjobs
+        self.view = view
+        self.tls = tls
+        self.clock = clock
+        self.settings: RequestHeaderSettings | None = None
+        self.verdicts = VerdictCache(ACCESS_TTL)
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.refresh()
+        self._task = asyncio.create_task(self._refreshing(), name="front-proxy-settings")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _refreshing(self) -> None:
+        while True:
+            await asyncio.sleep(REFRESH_SECONDS)
+            await self.refresh()
+
+    async def refresh(self) -> None:
+        """Read the front proxy's settings; on failure the last ones stay (none at
+        start: every request is a 401 until they are read)."""
+        try:
+            configmap = await self.kube.request_json("GET", frontproxy.CONFIGMAP_PATH)
+            data = configmap.get("data")
+            settings = frontproxy.settings_of(data if isinstance(data, dict) else {})
+            if settings != self.settings:
+                self.tls.trust(settings.client_ca)
+        except (KubeError, KubeUnavailable, SettingsError, ValueError) as exc:
+            log.warning(
+                "front proxy settings not read: the aggregated API keeps the last ones",
+                extra={"configmap": frontproxy.CONFIGMAP_PATH, "error": str(exc)},
+            )
+            return
+        if settings != self.settings:
+            log.info(
+                "front proxy settings read",
+                extra={"allowed_names": list(settings.allowed_names)},
+            )
+            self.settings = settings
+
+    # -- requests ----------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{path:.*}", self.handle)
+        return app
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        user = self._user(request)
+        if user is None:
+            return _status(401, "Unauthorized", "Unauthorized")
+        path = request.path
+        if request.method not in ("GET", "HEAD"):
+            return _status(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )
+        discovery = _DISCOVERY.get(path)
+        if discovery is not None:
+            return _json(discovery())
+        read = resource.read_of(path)
+        if read is None:
+            return _status(404, "NotFound", "the server could not find the requested resource")
+        if request.query.get("watch") in ("1", "true"):
+            return _status(405, "MethodNotAllowed", f"{resource.QUALIFIED} cannot be watched")
+        verdict = await self._verdict(user, read)
+        if verdict is None:
+            return _status(503, "ServiceUnavailable", "the authorization check could not be made")
+        if not verdict.allowed:
+            log.info("progress read refused", extra={"user": user.name, "verb": read.verb})
+            return _forbidden(user, read, verdict.reason)
+        items = self._items(read)
+        if read.name is not None and not items:
+            return _not_found(read.name)
+        if resource.wants_table(request.headers.get("Accept", "")):
+            return _json(resource.table(items, self.clock()))
+        return _json(items[0] if read.name is not None else resource.progress_list(items))
+
+    def _user(self, request: web.Request) -> User | None:
+        if self.settings is None or request.transport is None:
+            return None
+        peercert = request.transport.get_extra_info("peercert")
+        return frontproxy.proxied_user(self.settings, peercert, request.headers)
+
+    def _items(self, read: Read) -> list[dict[str, Any]]:
+        if read.name is not None:
+            assert read.namespace is not None
+            found = self.trainjobs.get(read.namespace, read.name)
+            objs = [] if found is None else [found]
+        else:
+            objs = [
+                obj
+                for obj in self.trainjobs.list()
+                if read.namespace is None or obj["metadata"].get("namespace") == read.namespace
+            ]
+        items = []
+        for obj in objs:
+            meta = obj["metadata"]
+            newest = self.view((meta["namespace"], meta["name"]), obj) or obj
+            item = resource.progress_object(newest, stored=newest is obj)
+            if item is not None:
+                items.append(item)
+        return items
+
+    async def _verdict(self, user: User, read: Read) -> Verdict | None:
+        """Whether ``user`` may read the TrainJobs of ``read``; None when the API server
+        cannot say."""
+        who = hashlib.sha256(json.dumps(user.review_fields(), sort_keys=True).encode()).digest()
+        key = (who, f"{read.namespace or ''}/{read.name or ''}", read.verb)
+        cached = self.verdicts.get(key)
+        if cached is not None:
+            return cached
+        try:
+            answer = await self.reviews.request_json(
+                "POST", SUBJECTACCESSREVIEWS_PATH, body=access_review(user, read)
+            )
+        except (KubeBudgetExhausted, KubeError, KubeUnavailable) as exc:
+            status = exc.status if isinstance(exc, KubeError) else None
+            log.warning("progress access review failed", extra={"status": status})
+            return None
+        verdict = judge_access(user.name, answer)
+        self.verdicts.put(key, verdict)
+        return verdict

@@ -1,0 +1,420 @@
+"""The aggregated API on the real control plane: kube-apiserver proxies
+``trainjob-status.kubeflow.org/v1alpha1`` to the server's progress port (an APIService,
+its Service and endpoints at this machine's address: the API server refuses loopback
+endpoints), with its front proxy's client certificate and the user in its headers.
+
+A read returns the newest accepted update while its write is still pending, and only to
+a user who may read the TrainJob itself; the port answers no one but the front proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from trainjob_devcluster.harness.controlplane import FRONT_PROXY_NAME
+from trainjob_devcluster.harness.pytest_plugin import MakeStatusServer, require_binary
+from trainjob_devcluster.harness.realcluster import RealCluster
+from trainjob_devcluster.harness.testing import eventually
+from trainjob_status_server.app import StatusServer
+from trainjob_status_server.config import Config
+from trainjob_status_server.progress import frontproxy, resource
+
+from .conftest import NS, ServingCerts, status_path
+from .replicas import SERVER_NS, machine_address
+
+on_the_real_server = pytest.mark.parametrize("kube_api", ["real"], indirect=True)
+
+APISERVICE = f"{resource.VERSION}.{resource.GROUP}"
+APISERVICES = "/apis/apiregistration.k8s.io/v1/apiservices"
+SERVICE_PORT = 8445
+PROGRESS = f"/apis/{resource.GROUP_VERSION}/namespaces/{NS}/{resource.RESOURCE}"
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+
+
+def update(progress: int, second: int, eta: int = 60) -> bytes:
+    return json.dumps(
+        {
+            "trainerStatus": {
+                "progressPercentage": progress,
+                "estimatedRemainingSeconds": eta,
+                "metrics": [{"name": "loss", "value": f"0.{progress}"}],
+                "lastUpdatedTime": f"2026-12-01T10:00:{second:02d}Z",
+            }
+        }
+    ).encode()
+
+
+def register(kube_api: RealCluster, certs: ServingCerts, address: str, port: int) -> None:
+    """The chart's APIService, Service and endpoints, for a server at ``address:port``."""
+    kube_api.ensure_namespace(SERVER_NS)
+    name = Config.service_name
+    kube_api.call(
+        "POST",
+        f"/api/v1/namespaces/{SERVER_NS}/services",
+        {
+            "metadata": {"name": name},
+            "spec": {"ports": [{"name": "progress-api", "port": SERVICE_PORT, "targetPort": port}]},
+        },
+    )
+    kube_api.call(
+        "POST",
+        f"/api/v1/namespaces/{SERVER_NS}/endpoints",
+        {
+            "metadata": {"name": name},
+            "subsets": [
+                {"addresses": [{"ip": address}], "ports": [{"name": "progress-api", "port": port}]}
+            ],
+        },
+    )
+    kube_api.call(
+        "POST",
+        f"/apis/discovery.k8s.io/v1/namespaces/{SERVER_NS}/endpointslices",
+        {
+            "metadata": {
+                "name": f"{name}-progress",
+                "labels": {"kubernetes.io/service-name": name},
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+            "ports": [{"name": "progress-api", "port": port, "protocol": "TCP"}],
+        },
+    )
+    kube_api.call(
+        "POST",
+        APISERVICES,
+        {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": APISERVICE},
+            "spec": {
+                "group": resource.GROUP,
+                "version": resource.VERSION,
+                "service": {"namespace": SERVER_NS, "name": name, "port": SERVICE_PORT},
+                "caBundle": base64.b64encode(certs.ca.cert_pem).decode(),
+                "groupPriorityMinimum": 100,
+                "versionPriority": 100,
+            },
+        },
+    )
+
+
+def available(kube_api: RealCluster) -> bool:
+    found = kube_api.call("GET", f"{APISERVICES}/{APISERVICE}")
+    return any(
+        condition["type"] == "Available" and condition["status"] == "True"
+        for condition in found.get("status", {}).get("conditions", [])
+    )
+
+
+async def soon(check: Any, what: str, within: float = 20.0) -> None:
+    """``check()`` (not awaited) true within ``within`` seconds."""
+
+    async def checked() -> bool:
+        return bool(check())
+
+    await eventually(checked, what, within)
+
+
+def unregister(kube_api: RealCluster) -> None:
+    """The APIService goes before its server: the suite's clean-up reads discovery."""
+    kube_api.plane.request("DELETE", f"{APISERVICES}/{APISERVICE}")
+
+
+@pytest_asyncio.fixture
+async def progress_server(
+    kube_api: RealCluster,
+    certs: ServingCerts,
+    make_status_server: MakeStatusServer,
+    unused_tcp_port: int,
+) -> AsyncIterator[StatusServer]:
+    """A server whose writes wait a minute after the first, registered as the
+    APIService's backend."""
+    address = machine_address()
+    async with make_status_server(
+        host="0.0.0.0", progress_api_port=unused_tcp_port, min_write_interval=60.0
+    ) as server:
+        register(kube_api, certs, address, unused_tcp_port)
+        try:
+            await soon(lambda: available(kube_api), "the APIService is Available", 30)
+            yield server
+        finally:
+            unregister(kube_api)
+
+
+async def post(server: StatusServer, certs: ServingCerts, name: str, body: bytes) -> None:
+    connector = aiohttp.TCPConnector(ssl=certs.client_context())
+    async with (
+        aiohttp.ClientSession(connector=connector) as session,
+        session.post(
+            server.url + status_path(NS, name),
+            data=body,
+            headers={"Authorization": "Bearer test"},
+        ) as answer,
+    ):
+        assert answer.status == 200
+
+
+async def through_api_server(
+    kube_api: RealCluster, path: str, *, user: str | None = None, accept: str = "application/json"
+) -> tuple[int, Any]:
+    """A GET through kube-apiserver as the admin, or as ``user`` (impersonated); awaited,
+    as the server answering it runs on this loop."""
+    headers = {"Authorization": f"Bearer {kube_api.admin_token}", "Accept": accept}
+    if user is not None:
+        headers["Impersonate-User"] = user
+    connector = aiohttp.TCPConnector(ssl=kube_api.client_ssl_context())
+    async with (
+        aiohttp.ClientSession(connector=connector) as session,
+        session.get(kube_api.url + path, headers=headers) as answer,
+    ):
+        return answer.status, json.loads(await answer.read())
+
+
+def stored_progress(kube_api: RealCluster, name: str) -> int | None:
+    found = kube_api.get("trainjobs", NS, name, "trainer.kubeflow.org")
+    assert found is not None
+    value = (found.get("status") or {}).get("trainerStatus", {}).get("progressPercentage")
+    return value if isinstance(value, int) else None
+
+
+@on_the_real_server
+async def test_a_read_through_the_api_server_returns_the_update_its_write_waits_for(
+    kube_api: RealCluster, certs: ServingCerts, progress_server: StatusServer
+) -> None:
+    kube_api.create_trainjob(NS, "llama")
+    kube_api.create_trainjob(NS, "quiet")
+    await post(progress_server, certs, "llama", update(10, 1))
+    await soon(lambda: stored_progress(kube_api, "llama") == 10, "the first write")
+    await post(progress_server, certs, "llama", update(42, 2, eta=3600))
+
+    code, body = await through_api_server(kube_api, f"{PROGRESS}/llama")
+    assert code == 200
+    assert body["kind"] == "TrainJobProgress"
+    assert body["apiVersion"] == resource.GROUP_VERSION
+    assert body["metadata"]["name"] == "llama"
+    assert body["metadata"]["namespace"] == NS
+    assert body["trainerStatus"] == {
+        "progressPercentage": 42,
+        "estimatedRemainingSeconds": 3600,
+        "metrics": [{"name": "loss", "value": "0.42"}],
+        "lastUpdatedTime": "2026-12-01T10:00:02Z",
+    }
+    assert body["stored"] is False
+    # The write still waits: what the API server's TrainJob holds is the first update.
+    assert stored_progress(kube_api, "llama") == 10
+
+    code, listed = await through_api_server(kube_api, PROGRESS)
+    assert code == 200
+    assert listed["kind"] == "TrainJobProgressList"
+    # A TrainJob with no update yet has no progress.
+    assert [item["metadata"]["name"] for item in listed["items"]] == ["llama"]
+
+    code, table = await through_api_server(kube_api, PROGRESS, accept=TABLE)
+    assert code == 200
+    assert table["kind"] == "Table"
+    assert [column["name"] for column in table["columnDefinitions"]] == [
+        "Name",
+        "Progress",
+        "ETA",
+        "Updated",
+        "Stored",
+    ]
+    assert table["rows"][0]["cells"][:3] == ["llama", "42%", "60m"]
+    assert table["rows"][0]["cells"][4] is False
+
+    code, missing = await through_api_server(kube_api, f"{PROGRESS}/quiet")
+    assert code == 404
+    assert missing["reason"] == "NotFound"
+    assert missing["message"] == f'{resource.QUALIFIED} "quiet" not found'
+
+
+@on_the_real_server
+async def test_kubectl_gets_and_discovers_the_resource(
+    kube_api: RealCluster, certs: ServingCerts, progress_server: StatusServer
+) -> None:
+    kube_api.create_trainjob(NS, "llama")
+    await post(progress_server, certs, "llama", update(42, 2))
+    kubectl = require_binary("kubectl")
+
+    async def run(*args: str) -> str:
+        process = await asyncio.create_subprocess_exec(
+            kubectl,
+            f"--kubeconfig={kube_api.kubeconfig_path}",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await process.communicate()
+        assert process.returncode == 0, err.decode()
+        assert err == b""
+        return out.decode()
+
+    resources = await run("api-resources", f"--api-group={resource.GROUP}", "--no-headers")
+    assert resources.split() == [
+        resource.RESOURCE,
+        "tjp",
+        resource.GROUP_VERSION,
+        "true",
+        resource.KIND,
+    ]
+    printed = await run("get", "tjp", "-n", NS)
+    lines = printed.splitlines()
+    assert lines[0].split() == ["NAME", "PROGRESS", "ETA", "UPDATED", "STORED"]
+    assert lines[1].split()[:3] == ["llama", "42%", "60s"]
+    raw = json.loads(await run("get", "--raw", f"{PROGRESS}/llama"))
+    assert raw["trainerStatus"]["progressPercentage"] == 42
+
+
+@on_the_real_server
+async def test_a_user_who_may_not_read_the_trainjob_is_refused(
+    kube_api: RealCluster, certs: ServingCerts, progress_server: StatusServer
+) -> None:
+    kube_api.create_trainjob(NS, "llama")
+    await post(progress_server, certs, "llama", update(42, 2))
+    # Alice may read progress, which the API server checks, but no TrainJob.
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}"
+    kube_api.call(
+        "POST",
+        f"{rbac}/roles",
+        {
+            "metadata": {"name": "progress-reader"},
+            "rules": [
+                {
+                    "apiGroups": [resource.GROUP],
+                    "resources": [resource.RESOURCE],
+                    "verbs": ["get", "list"],
+                }
+            ],
+        },
+    )
+    kube_api.call(
+        "POST",
+        f"{rbac}/rolebindings",
+        {
+            "metadata": {"name": "alice-progress"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "progress-reader",
+            },
+            "subjects": [
+                {"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}
+            ],
+        },
+    )
+    code, refused = await through_api_server(kube_api, f"{PROGRESS}/llama", user="alice")
+    assert code == 403
+    assert refused["reason"] == "Forbidden"
+    assert refused["message"] == (
+        f'{resource.QUALIFIED} "llama" is forbidden: User "alice" cannot get resource'
+        f' "trainjobs" in API group "trainer.kubeflow.org" in the namespace "{NS}"'
+    )
+    code, refused = await through_api_server(kube_api, PROGRESS, user="alice")
+    assert code == 403
+    assert refused["message"].startswith(
+        f'{resource.QUALIFIED} is forbidden: User "alice" cannot list resource "trainjobs"'
+    )
+    # Bob may read TrainJobs but not progress: the API server refuses him itself.
+    code, refused = await through_api_server(kube_api, f"{PROGRESS}/llama", user="bob")
+    assert code == 403
+    assert 'cannot get resource "trainjobprogresses"' in refused["message"]
+
+
+@on_the_real_server
+async def test_the_port_answers_only_the_front_proxy(
+    kube_api: RealCluster, certs: ServingCerts, progress_server: StatusServer, tmp_path: Path
+) -> None:
+    url = progress_server.progress_api_url
+    assert url is not None
+    path = f"{PROGRESS}/llama"
+
+    async def get(context: ssl.SSLContext, headers: dict[str, str]) -> int:
+        connector = aiohttp.TCPConnector(ssl=context)
+        async with (
+            aiohttp.ClientSession(connector=connector) as session,
+            session.get(url + path, headers=headers) as answer,
+        ):
+            return answer.status
+
+    def client(ca: Any, name: str) -> ssl.SSLContext:
+        cert, key = ca.issue_client_cert(name)
+        (tmp_path / f"{name}.crt").write_bytes(cert)
+        (tmp_path / f"{name}.key").write_bytes(key)
+        context = certs.client_context()
+        context.load_cert_chain(tmp_path / f"{name}.crt", tmp_path / f"{name}.key")
+        return context
+
+    as_admin = {"X-Remote-User": "admin", "X-Remote-Group": "system:masters"}
+    # No certificate, or one of another CA: no handshake.
+    for context in (certs.client_context(), client(certs.ca, FRONT_PROXY_NAME)):
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await get(context, as_admin)
+    # The proxy's CA, but a name the API server does not allow: no one.
+    assert await get(client(kube_api.plane.front_proxy, "someone-else"), as_admin) == 401
+    proxy = client(kube_api.plane.front_proxy, FRONT_PROXY_NAME)
+    # The proxy's certificate without a user: no one either.
+    assert await get(proxy, {}) == 401
+    assert await get(proxy, as_admin) == 404  # no TrainJob llama
+
+
+async def test_without_a_front_proxy_the_port_shakes_hands_with_no_one(
+    certs: ServingCerts,
+    make_status_server: MakeStatusServer,
+    unused_tcp_port: int,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An API server without the aggregation layer publishes no front proxy: the port
+    trusts no client certificate, and says why at start."""
+    async with make_status_server(progress_api_port=unused_tcp_port) as server:
+        url = server.progress_api_url
+        assert url is not None
+        connector = aiohttp.TCPConnector(ssl=certs.client_context())
+        async with aiohttp.ClientSession(connector=connector) as session:
+            with pytest.raises(aiohttp.ClientConnectionError):
+                async with session.get(url + PROGRESS):
+                    pass
+    warned = [r for r in caplog.records if r.getMessage().startswith("front proxy settings")]
+    assert [r.getMessage() for r in warned] == [
+        "front proxy settings not read: the aggregated API keeps the last ones"
+    ]
+    assert getattr(warned[0], "configmap") == frontproxy.CONFIGMAP_PATH  # noqa: B009
+
+
+@on_the_real_server
+async def test_a_read_the_api_server_cannot_authorize_is_unavailable(
+    kube_api: RealCluster,
+    certs: ServingCerts,
+    make_status_server: MakeStatusServer,
+    unused_tcp_port: int,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Reviews spend the metrics budget: one spent, a read with no verdict kept is a
+    503, never an answer without the check."""
+    address = machine_address()
+    async with make_status_server(
+        host="0.0.0.0",
+        progress_api_port=unused_tcp_port,
+        kube_metrics_qps=0.001,
+        kube_metrics_burst=1,
+    ):
+        register(kube_api, certs, address, unused_tcp_port)
+        try:
+            await soon(lambda: available(kube_api), "the APIService is Available", 30)
+            assert (await through_api_server(kube_api, PROGRESS))[0] == 200
+            code, body = await through_api_server(kube_api, f"{PROGRESS}/llama")
+            assert code == 503
+            assert body["reason"] == "ServiceUnavailable"
+            assert body["message"] == "the authorization check could not be made"
+        finally:
+            unregister(kube_api)
+    assert "progress access review failed" in [r.getMessage() for r in caplog.records]
