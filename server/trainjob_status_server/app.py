@@ -24,7 +24,12 @@ from .auth.peers import PeerGate
 from .auth.ratelimit import SourceLimiter
 from .budgets import Budgets
 from .certificates import certs
-from .certificates.certs import CertBootstrap, CertSettings, WebhookCABundle
+from .certificates.certs import (
+    APIServiceCABundle,
+    CertBootstrap,
+    CertSettings,
+    WebhookCABundle,
+)
 from .certificates.tls import ReloadingTLS
 from .config import Config
 from .http import probes
@@ -49,6 +54,7 @@ from .peers.replicas import Replicas
 from .peers.ring import Peer
 from .pods.cadistribution import CADistribution
 from .pods.injection import Selector, Target
+from .progress.resource import APISERVICE
 from .status.coalescing import writes_in_flight
 from .status.lookup import CachedTrainJobs
 from .status.writer import CoalescingWriter, DirectWriter
@@ -555,7 +561,10 @@ def _cert_bootstrap(config: Config, kube: KubeClient) -> CertBootstrap | None:
         if config.webhook_configuration
         else None
     )
-    return CertBootstrap(kube, settings, webhook)
+    apiservice = (
+        APIServiceCABundle(kube, APISERVICE) if config.progress_api_port is not None else None
+    )
+    return CertBootstrap(kube, settings, webhook, apiservice=apiservice)
 
 
 def _injector_settings(config: Config) -> InjectorSettings:

@@ -18,7 +18,7 @@ from trainjob_status_server.progress import resource
 from .conftest import NS, ServingCerts
 from .replicas import SERVER_NS
 
-APISERVICE = f"{resource.VERSION}.{resource.GROUP}"
+APISERVICE = resource.APISERVICE
 APISERVICES = "/apis/apiregistration.k8s.io/v1/apiservices"
 SERVICE_PORT = 8445
 PROGRESS = f"/apis/{resource.GROUP_VERSION}/namespaces/{NS}/{resource.RESOURCE}"

@@ -10,6 +10,7 @@ a user who may read the TrainJob itself; the port answers no one but the front p
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import ssl
 from collections.abc import AsyncIterator
@@ -21,12 +22,14 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster.harness.controlplane import FRONT_PROXY_NAME
-from trainjob_devcluster.harness.pytest_plugin import MakeStatusServer, require_binary
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, MakeStatusServer, require_binary
 from trainjob_devcluster.harness.realcluster import RealCluster
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.progress import frontproxy, resource
 
 from .aggregation import (
+    APISERVICE,
+    APISERVICES,
     PROGRESS,
     TABLE,
     available,
@@ -36,7 +39,7 @@ from .aggregation import (
     unregister,
 )
 from .conftest import NS, ServingCerts, status_path
-from .replicas import machine_address
+from .replicas import SERVER_NS, machine_address
 
 on_the_real_server = pytest.mark.parametrize("kube_api", ["real"], indirect=True)
 
@@ -326,3 +329,54 @@ async def test_a_read_the_api_server_cannot_authorize_is_unavailable(
         finally:
             unregister(kube_api)
     assert "progress access review failed" in [r.getMessage() for r in caplog.records]
+
+
+@on_the_real_server
+async def test_the_certificate_bootstrap_keeps_the_apiservices_ca_bundle(
+    kube_api: RealCluster,
+    certs: ServingCerts,
+    make_status_server: MakeStatusServer,
+    unused_tcp_port: int,
+    tmp_path: Path,
+) -> None:
+    """With ``--cert-bootstrap`` the server mints its own CA: the APIService, registered
+    with another CA's bundle, is given the server's, and reads go through."""
+    kube_api.create_trainjob(NS, "llama")
+    register(kube_api, certs, machine_address(), unused_tcp_port)
+    minted = tmp_path / "minted"
+    try:
+        async with make_status_server(
+            host="0.0.0.0",
+            progress_api_port=unused_tcp_port,
+            cert_bootstrap=True,
+            tls_cert_file=minted / "tls.crt",
+            tls_key_file=minted / "tls.key",
+        ):
+            await soon(lambda: available(kube_api), "the APIService is Available", 30)
+            found = kube_api.call("GET", f"{APISERVICES}/{APISERVICE}")
+            assert base64.b64decode(found["spec"]["caBundle"]) == (minted / "ca.crt").read_bytes()
+            code, listed = await through_api_server(kube_api, PROGRESS)
+            assert (code, listed["items"]) == (200, [])
+    finally:
+        unregister(kube_api)
+
+
+async def test_a_bootstrap_without_the_apiservice_says_so_once(
+    kube_api: KubeAPI,
+    make_status_server: MakeStatusServer,
+    unused_tcp_port: int,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube_api.ensure_namespace(SERVER_NS)
+    minted = tmp_path / "minted"
+    async with make_status_server(
+        progress_api_port=unused_tcp_port,
+        cert_bootstrap=True,
+        tls_cert_file=minted / "tls.crt",
+        tls_key_file=minted / "tls.key",
+    ) as server:
+        assert server.certs is not None
+        await server.certs.ensure()  # a second round: not said again
+    said = [r for r in caplog.records if r.getMessage() == "apiservice not found"]
+    assert [getattr(r, "apiservice") for r in said] == [APISERVICE]  # noqa: B009

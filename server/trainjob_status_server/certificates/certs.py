@@ -30,7 +30,7 @@ from pathlib import Path
 from ..kube.backoff import Backoff
 from ..kube.client import KubeClient
 from ..kube.errors import KubeError, KubeUnavailable
-from ..kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, SECRETS, Obj
+from ..kube.resources import APISERVICES, MUTATING_WEBHOOK_CONFIGURATIONS, SECRETS, Obj
 from . import pki
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,37 @@ class WebhookCABundle:
         return True
 
 
+class APIServiceCABundle:
+    """Keeps ``spec.caBundle`` of the APIService ``name`` (the aggregated API's) equal
+    to the CA bundle, as the API server checks the port's certificate against it."""
+
+    def __init__(self, kube: KubeClient, name: str) -> None:
+        self.kube = kube
+        self.name = name
+        self._missing_logged = False
+
+    async def sync(self, ca_pem: bytes) -> bool:
+        """Patch it when it differs; True when patched. An APIService that does not
+        exist (not registered, or not yet) is not an error."""
+        found = await self.kube.get(APISERVICES, None, self.name)
+        if found is None:
+            if not self._missing_logged:
+                log.info("apiservice not found", extra={"apiservice": self.name})
+                self._missing_logged = True
+            return False
+        self._missing_logged = False
+        want = base64.b64encode(ca_pem).decode()
+        if (found.get("spec") or {}).get("caBundle") == want:
+            return False
+        ops: list[Obj] = [{"op": "add", "path": "/spec/caBundle", "value": want}]
+        await self.kube.patch(APISERVICES, None, self.name, ops, field_manager=FIELD_MANAGER)
+        log.info("apiservice caBundle updated", extra={"apiservice": self.name})
+        return True
+
+
+CABundleTarget = WebhookCABundle | APIServiceCABundle
+
+
 @dataclass(frozen=True)
 class CertSettings:
     namespace: str
@@ -113,13 +144,15 @@ class CertBootstrap:
         settings: CertSettings,
         webhook: WebhookCABundle | None = None,
         *,
+        apiservice: APIServiceCABundle | None = None,
         clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
         backoff: Backoff = RETRY_BACKOFF,
     ) -> None:
         self.kube = kube
         self.settings = settings
-        self.webhook = webhook
+        # Who checks the serving certificate against our CA: their caBundle follows it.
+        self.targets: list[CABundleTarget] = [t for t in (webhook, apiservice) if t is not None]
         self.bundle: pki.Bundle | None = None
         self.renewals = 0  # Secret writes this replica made (creations included)
         self._clock = clock
@@ -184,12 +217,14 @@ class CertBootstrap:
         bundle = await self._current_bundle()
         self.bundle = bundle
         await asyncio.to_thread(write_files, bundle, self.settings)
-        if self.webhook is not None:
+        for target in self.targets:
             try:
-                await self.webhook.sync(bundle.ca_pem)
+                await target.sync(bundle.ca_pem)
             except (KubeError, KubeUnavailable) as exc:
                 # Serving goes on; the next round tries again.
-                log.warning("webhook caBundle not updated", extra={"error": str(exc)})
+                log.warning(
+                    "caBundle not updated", extra={"target": target.name, "error": str(exc)}
+                )
         return bundle
 
     def _now(self) -> dt.datetime:

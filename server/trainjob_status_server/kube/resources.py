@@ -61,6 +61,8 @@ MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
     "mutatingwebhookconfigurations",
     "MutatingWebhookConfiguration",
 )
+# The aggregated API's registration: its caBundle, kept by the certificate bootstrap.
+APISERVICES = Resource("apiregistration.k8s.io", "v1", "apiservices", "APIService")
 # The Service's endpoints: the other replicas (peers/replicas.py).
 ENDPOINTSLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
 # What the Trainer turns a TrainJob into (same name); its replicated jobs carry the

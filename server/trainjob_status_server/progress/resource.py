@@ -28,6 +28,8 @@ SINGULAR = "trainjobprogress"
 SHORT_NAMES = ("tjp",)
 VERBS = ("get", "list")
 QUALIFIED = f"{RESOURCE}.{GROUP}"
+APISERVICE = f"{VERSION}.{GROUP}"
+"""The APIService that registers the group-version (the chart's and the overlays')."""
 
 # The TrainJob a progress belongs to: reading one asks whether its reader may read that.
 TRAINJOB_GROUP = "trainer.kubeflow.org"
