@@ -34,14 +34,14 @@ from .certificates.tls import ReloadingTLS
 from .config import Config
 from .http import probes
 from .http.endpoint import StatusEndpoint
-from .http.handover import HANDOVER_PATH, HandOverEndpoint
+from .http.handover import HANDOVER_PATH, NEWEST_PATH, HandOverEndpoint, NewestEndpoint
 from .http.listener import CappedSite, Limits
 from .http.metricsauth import REVIEWS_PER_SOURCE as METRICS_REVIEWS_PER_SOURCE
 from .http.metricsauth import MetricsGuard, VerdictCache
 from .http.progressapi import ProgressAPI
 from .http.request_handling import no_server_header
 from .http.responses import Answer
-from .http.serving import ServingHandler
+from .http.serving import Handler, ServingHandler
 from .http.webhook import INJECT_PATH, InjectorSettings, JobSetSteps, PodInjector
 from .kube.cache import WatchCache
 from .kube.client import KubeClient
@@ -178,6 +178,12 @@ class StatusServer:
             if isinstance(self.writer, CoalescingWriter) and self.token_auth is not None
             else None
         )
+        # What this replica holds, for another one's aggregated API reads.
+        self.newest = (
+            NewestEndpoint(self.takeover.peers, self.writer)
+            if isinstance(self.writer, CoalescingWriter) and self.takeover is not None
+            else None
+        )
         # Each TrainJob written by one replica: what another owns is given to it.
         self.forwarder = (
             Forwarder(self.writer, self.replicas)
@@ -235,13 +241,16 @@ class StatusServer:
     def serving_handler(self) -> ServingHandler:
         """The serving port's routes. Its answers are responses.Answer: no Server header."""
         posts = {} if self.injector is None else {INJECT_PATH: self.injector.handle}
+        gets: dict[str, Handler] = {"/healthz": self._healthz, "/readyz": self._readyz}
         if self.takeover is not None:
             posts[HANDOVER_PATH] = self.takeover.handle
+        if self.newest is not None:
+            gets[NEWEST_PATH] = self.newest.handle
         return ServingHandler(
             self.endpoint.handle,
-            gets={"/healthz": self._healthz, "/readyz": self._readyz},
+            gets=gets,
             posts=posts,
-            uncounted=("/healthz", "/readyz", INJECT_PATH, HANDOVER_PATH),
+            uncounted=("/healthz", "/readyz", INJECT_PATH, HANDOVER_PATH, NEWEST_PATH),
         )
 
     def webhook_handler(self) -> ServingHandler:
@@ -458,7 +467,13 @@ class StatusServer:
             client_ca="",
         )
         self.progress_api = ProgressAPI(
-            self.kube, self.budgets.metrics, self.trainjobs, self.exporter.view, tls
+            self.kube,
+            self.budgets.metrics,
+            self.trainjobs,
+            self.exporter.view,
+            tls,
+            # The others' newest updates: those of the TrainJobs they write.
+            self.replicas if self.forwarder is not None else None,
         )
         await tls.start()
         await self.progress_api.start()

@@ -25,7 +25,10 @@ from trainjob_devcluster.harness.controlplane import FRONT_PROXY_NAME
 from trainjob_devcluster.harness.pytest_plugin import KubeAPI, MakeStatusServer, require_binary
 from trainjob_devcluster.harness.realcluster import RealCluster
 from trainjob_status_server.app import StatusServer
+from trainjob_status_server.peers.batch import NEWEST_PATH
+from trainjob_status_server.peers.ring import Peer, ranked
 from trainjob_status_server.progress import frontproxy, resource
+from trainjob_status_server.status.writer import CoalescingWriter
 
 from .aggregation import (
     APISERVICE,
@@ -40,6 +43,7 @@ from .aggregation import (
 )
 from .conftest import NS, ServingCerts, status_path
 from .replicas import SERVER_NS, machine_address
+from .test_handover import checking_tokens, endpoint_slice, server_account, token_file
 
 on_the_real_server = pytest.mark.parametrize("kube_api", ["real"], indirect=True)
 
@@ -380,3 +384,108 @@ async def test_a_bootstrap_without_the_apiservice_says_so_once(
         await server.certs.ensure()  # a second round: not said again
     said = [r for r in caplog.records if r.getMessage() == "apiservice not found"]
     assert [getattr(r, "apiservice") for r in said] == [APISERVICE]  # noqa: B009
+
+
+@on_the_real_server
+async def test_a_read_on_any_replica_returns_the_newest_update_whichever_received_it(
+    kube_api: RealCluster,
+    certs: ServingCerts,
+    make_status_server: MakeStatusServer,
+    unused_tcp_port_factory: Any,
+    tmp_path: Path,
+) -> None:
+    """Two replicas: the reader, which the API server sends reads to, receives the
+    posts and forwards them to the TrainJob's owner, whose write waits. The reader asks
+    the owner for what it holds and answers that, not the stored status."""
+    server_account(kube_api)
+    address = machine_address()
+    ports = [unused_tcp_port_factory() for _ in range(3)]
+    owner_peer, reader_peer = Peer(address, ports[0]), Peer(address, ports[1])
+    name = next(
+        f"tj{i}"
+        for i in range(100)
+        if ranked((NS, f"tj{i}"), [owner_peer, reader_peer])[0] == owner_peer
+    )
+    kube_api.create_trainjob(NS, name)
+    token = token_file(kube_api, tmp_path)
+    endpoint_slice(kube_api, "owner", address, ports[0])
+    endpoint_slice(kube_api, "reader", address, ports[1])
+    replica: dict[str, Any] = {
+        "host": "0.0.0.0",
+        "pod_ip": address,
+        "peer_token_file": token,
+        "min_write_interval": 60.0,
+    }
+    async with (
+        make_status_server(
+            port=ports[0], authenticator=checking_tokens(kube_api), **replica
+        ) as owner,
+        make_status_server(port=ports[1], progress_api_port=ports[2], **replica) as reader,
+    ):
+        register(kube_api, certs, address, ports[2])
+        try:
+            await soon(lambda: available(kube_api), "the APIService is Available", 30)
+            replicas, writer = reader.replicas, owner.writer
+            assert replicas is not None
+            assert isinstance(writer, CoalescingWriter)
+            await soon(
+                lambda: replicas.owner((NS, name)) == owner_peer, "the reader sees the owner"
+            )
+            await post(reader, certs, name, update(10, 1))
+            await soon(lambda: stored_progress(kube_api, name) == 10, "the owner's first write")
+            await post(reader, certs, name, update(42, 2))
+
+            def held() -> int | None:
+                update = writer.newest((NS, name))
+                return None if update is None else update.progress
+
+            await soon(lambda: held() == 42, "the owner holds 42")
+
+            code, body = await through_api_server(kube_api, f"{PROGRESS}/{name}")
+            assert code == 200
+            assert body["trainerStatus"]["progressPercentage"] == 42
+            assert body["stored"] is False
+            code, listed = await through_api_server(kube_api, PROGRESS)
+            assert [item["trainerStatus"]["progressPercentage"] for item in listed["items"]] == [42]
+            assert stored_progress(kube_api, name) == 10
+        finally:
+            unregister(kube_api)
+        # What the owner holds is for another replica only.
+        connector = aiohttp.TCPConnector(ssl=certs.client_context())
+        async with (
+            aiohttp.ClientSession(connector=connector) as session,
+            session.get(
+                f"https://127.0.0.1:{ports[0]}{NEWEST_PATH}",
+                params={"namespace": NS},
+                headers={"Authorization": "Bearer test"},
+            ) as answer,
+        ):
+            assert answer.status == 401
+            assert "progressPercentage" not in await answer.text()
+
+
+@on_the_real_server
+async def test_a_replica_that_cannot_say_what_it_holds_adds_nothing(
+    kube_api: RealCluster,
+    make_status_server: MakeStatusServer,
+    unused_tcp_port_factory: Any,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One without the replicas' endpoints (no token authentication: 404), one gone
+    (nothing listens): each is logged, and the read goes on without them."""
+    server_account(kube_api)
+    address = machine_address()
+    gone = unused_tcp_port_factory()
+    async with (
+        make_status_server(host="0.0.0.0") as other,
+        make_status_server(
+            host="0.0.0.0", pod_ip=address, peer_token_file=token_file(kube_api, tmp_path)
+        ) as reader,
+    ):
+        assert reader.replicas is not None
+        peers = [Peer(address, int(other.url.rsplit(":", 1)[1])), Peer(address, gone)]
+        assert await reader.replicas.newest(peers, NS, None, 1.0) == []
+    said = {(r.getMessage(), getattr(r, "replica", None)) for r in caplog.records}
+    assert ("newest updates refused by a replica", peers[0].url) in said
+    assert ("newest updates of a replica unavailable", peers[1].url) in said

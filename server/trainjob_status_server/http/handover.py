@@ -1,6 +1,7 @@
-"""The hand-over endpoint: where another replica gives this one updates to write, those
-of the TrainJobs this one owns (``peers/forwarding.py``) and, at shutdown, those its
-drain could not write (``peers/replicas.py``).
+"""The replicas' endpoints. The hand-over: where another replica gives this one updates
+to write, those of the TrainJobs this one owns (``peers/forwarding.py``) and, at
+shutdown, those its drain could not write (``peers/replicas.py``). The newest: what this
+one holds of a namespace's TrainJobs, for another one's aggregated API reads.
 
 Only another replica may send them (``auth.peers.PeerGate``, before the body is read).
 Each update is validated again, as a post is, then taken by the writer as if posted
@@ -17,13 +18,21 @@ from typing import Protocol
 from aiohttp import web
 
 from ..metrics import selfmetrics
-from ..peers.batch import HANDOVER_PATH, MAX_BATCH_BYTES, Handed, decode_batch
+from ..peers.batch import (
+    HANDOVER_PATH,
+    MAX_BATCH_BYTES,
+    MAX_NAME,
+    NEWEST_PATH,
+    Handed,
+    decode_batch,
+    encode_batch,
+)
 from ..status.validation import EncodedStatus
 from . import errors
 from .endpoint import read_body
-from .responses import Answer, json_object_answer
+from .responses import Answer, json_answer, json_object_answer
 
-__all__ = ["HANDOVER_PATH", "HandOverEndpoint"]
+__all__ = ["HANDOVER_PATH", "NEWEST_PATH", "HandOverEndpoint", "NewestEndpoint"]
 
 
 class PeerCheck(Protocol):
@@ -40,6 +49,39 @@ class Successor(Protocol):
     def adopt(self, updates: Sequence[tuple[tuple[str, str], EncodedStatus]]) -> None:
         """Raises ``failures.ShuttingDown`` (taking none) once this replica stops."""
         ...
+
+
+class Holder(Protocol):
+    """What updates a replica holds: ``status.writer.CoalescingWriter``."""
+
+    def newest_in(self, namespace: str | None) -> list[tuple[tuple[str, str], EncodedStatus]]:
+        """The newest accepted update of each TrainJob of ``namespace`` it holds."""
+        ...
+
+
+@dataclass(frozen=True)
+class NewestEndpoint:
+    """``GET NEWEST_PATH?namespace=...[&name=...]``: the newest updates this replica
+    holds (pending, being written, or written and not yet seen by its watch), for
+    another replica only."""
+
+    peers: PeerCheck
+    writer: Holder
+
+    async def handle(self, request: web.BaseRequest) -> Answer:
+        await self.peers.check(request.headers.get("Authorization"), request.remote or "")
+        namespace, name = request.query.get("namespace"), request.query.get("name")
+        for value in (namespace, name):
+            if value is not None and not 0 < len(value) <= MAX_NAME:
+                raise errors.bad_request("namespace and name: not names")
+        if namespace is None and name is not None:
+            raise errors.bad_request("a name needs its namespace")
+        held = [
+            Handed(key[0], key[1], update)
+            for key, update in self.writer.newest_in(namespace)
+            if name is None or key[1] == name
+        ]
+        return json_answer(encode_batch(held))
 
 
 @dataclass(frozen=True)

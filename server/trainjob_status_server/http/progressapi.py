@@ -12,6 +12,11 @@ What they may read: the API server has authorized the request on
 themselves, asked by SubjectAccessReview and kept ``ACCESS_TTL`` seconds per user,
 namespace, name and verb (the ``metrics`` API budget). Discovery is public, as
 ``system:discovery`` makes it on the API server.
+
+With several replicas, each TrainJob's updates are held by the replica that writes it
+(``peers/forwarding.py``): a read asks the others for what they hold (a get, the
+TrainJob's owner alone; a list, all of them, side by side, ``PEER_SECONDS`` at most)
+and answers the newest of each TrainJob, whichever replica received it.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from ..kube.cache import WatchCache
 from ..kube.client import KubeClient
 from ..kube.errors import KubeBudgetExhausted, KubeError, KubeUnavailable
 from ..kube.resources import Key, Obj
+from ..peers.batch import Handed
+from ..peers.replicas import Replicas
 from ..progress import frontproxy, resource
 from ..progress.frontproxy import RequestHeaderSettings, SettingsError, User
 from ..progress.resource import Read
@@ -43,6 +50,10 @@ log = logging.getLogger(__name__)
 REFRESH_SECONDS = 60.0
 """How often the front proxy's CA and names are read again (the API server rewrites
 the ConfigMap when its flags change)."""
+
+PEER_SECONDS = 1.0
+"""How long a read waits for the other replicas' newest updates (those of the TrainJobs
+they write): a replica that has not answered by then adds nothing."""
 
 ACCESS_TTL = 10.0
 """How long a SubjectAccessReview's verdict is kept (metrics-server's delegated
@@ -128,6 +139,7 @@ class ProgressAPI:
         trainjobs: WatchCache,
         view: View,
         tls: ReloadingTLS,
+        replicas: Replicas | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.kube = kube
@@ -135,6 +147,7 @@ class ProgressAPI:
         self.trainjobs = trainjobs
         self.view = view
         self.tls = tls
+        self.replicas = replicas
         self.clock = clock
         self.settings: RequestHeaderSettings | None = None
         self.verdicts = VerdictCache(ACCESS_TTL)
@@ -212,7 +225,7 @@ class ProgressAPI:
         if not verdict.allowed:
             log.info("progress read refused", extra={"user": user.name, "verb": read.verb})
             return _forbidden(user, read, verdict.reason)
-        items = self._items(read)
+        items = await self._items(read)
         if read.name is not None and not items:
             return _not_found(read.name)
         if resource.wants_table(request.headers.get("Accept", "")):
@@ -225,7 +238,9 @@ class ProgressAPI:
         peercert = request.transport.get_extra_info("peercert")
         return frontproxy.proxied_user(self.settings, peercert, request.headers)
 
-    def _items(self, read: Read) -> list[dict[str, Any]]:
+    async def _items(self, read: Read) -> list[dict[str, Any]]:
+        """The progress of the TrainJobs ``read`` reads: the newest update of each,
+        this replica's or another's."""
         if read.name is not None:
             assert read.namespace is not None
             found = self.trainjobs.get(read.namespace, read.name)
@@ -236,14 +251,39 @@ class ProgressAPI:
                 for obj in self.trainjobs.list()
                 if read.namespace is None or obj["metadata"].get("namespace") == read.namespace
             ]
-        items = []
+        trainjobs: dict[Key, Obj] = {}
+        items: dict[Key, dict[str, Any]] = {}
         for obj in objs:
             meta = obj["metadata"]
-            newest = self.view((meta["namespace"], meta["name"]), obj) or obj
+            key = (meta["namespace"], meta["name"])
+            trainjobs[key] = obj
+            newest = self.view(key, obj) or obj
             item = resource.progress_object(newest, stored=newest is obj)
             if item is not None:
-                items.append(item)
-        return items
+                items[key] = item
+        if trainjobs:
+            for handed in await self._elsewhere(read):
+                cached = trainjobs.get(handed.key)
+                trainer = handed.update.trainer_status()
+                if cached is not None and resource.newer_than(items.get(handed.key), trainer):
+                    view = {"metadata": cached["metadata"], "status": {"trainerStatus": trainer}}
+                    taken = resource.progress_object(view, stored=False)
+                    if taken is not None:
+                        items[handed.key] = taken
+        return list(items.values())
+
+    async def _elsewhere(self, read: Read) -> list[Handed]:
+        """What the other replicas hold that ``read`` reads."""
+        replicas = self.replicas
+        if replicas is None:
+            return []
+        if read.name is None:
+            peers = replicas.successors()
+        else:
+            assert read.namespace is not None
+            owner = replicas.owner((read.namespace, read.name))
+            peers = [] if owner is None else [owner]
+        return await replicas.newest(peers, read.namespace, read.name, PEER_SECONDS)
 
     async def _verdict(self, user: User, read: Read) -> Verdict | None:
         """Whether ``user`` may read the TrainJobs of ``read``; None when the API server

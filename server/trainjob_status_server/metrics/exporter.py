@@ -254,12 +254,20 @@ def exposition(selection: Iterable[tuple[RenderedSeries, int, int]]) -> bytes:
 # -- the exporter ---------------------------------------------------------------------------
 
 
+class Accepted(Protocol):
+    """An accepted update: ``status.validation.EncodedStatus``."""
+
+    @property
+    def json(self) -> bytes:
+        """Its ``trainerStatus`` as JSON."""
+        ...
+
+
 class Fresh(Protocol):
     """What was accepted for a TrainJob and is not stored yet: ``status.writer``."""
 
-    def newest(self, key: Key) -> bytes | None:
-        """The ``trainerStatus`` JSON of ``key``'s newest accepted update still held for
-        its write, or None."""
+    def newest(self, key: Key) -> Accepted | None:
+        """``key``'s newest accepted update still held for its write, or None."""
         ...
 
 
@@ -396,7 +404,7 @@ class Exporter:
         if held is None or self.fresh is None:
             return held
         accepted = self.fresh.newest(key)
-        return held if accepted is None else overlaid(held, accepted)
+        return held if accepted is None else overlaid(held, accepted.json)
 
     def _render_touched(self) -> None:
         while self._touched:

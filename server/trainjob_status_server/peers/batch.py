@@ -31,6 +31,11 @@ from ..status.validation import (
 HANDOVER_PATH = "/apis/trainjob-status.kubeflow.org/v1/handover"
 """Where a replica takes handed-over updates: on the serving port, over its TLS."""
 
+NEWEST_PATH = "/apis/trainjob-status.kubeflow.org/v1/newest"
+"""Where a replica answers, to another, the newest updates it holds of a namespace's
+TrainJobs (``?namespace=``, and ``&name=`` for one), as a batch: the aggregated API's
+reads on any replica return the newest update whichever replica received it."""
+
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 """A batch's body at most: a few hundred updates of typical size, 64 of the largest."""
 

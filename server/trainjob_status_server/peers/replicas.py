@@ -27,8 +27,16 @@ from ..kube.cache import WatchCache
 from ..kube.client import KubeClient
 from ..kube.resources import ENDPOINTSLICES
 from ..metrics import selfmetrics
-from ..status.validation import EncodedStatus
-from .batch import HANDOVER_PATH, MAX_BATCH_BYTES, Handed, encode_batch, encoded_size
+from ..status.validation import EncodedStatus, PayloadError, ValidationFailed
+from .batch import (
+    HANDOVER_PATH,
+    MAX_BATCH_BYTES,
+    NEWEST_PATH,
+    Handed,
+    decode_batch,
+    encode_batch,
+    encoded_size,
+)
 from .ring import Key, Peer, ranked, ready_peers
 
 log = logging.getLogger(__name__)
@@ -305,3 +313,52 @@ class Replicas:
             selfmetrics.PEER_UPDATES.labels("given").inc(len(chunk))
             log.debug("updates given", extra={"replica": peer.url, "trainjobs": len(keys)})
         return taken, True
+
+    async def newest(
+        self, peers: Sequence[Peer], namespace: str | None, name: str | None, seconds: float
+    ) -> list[Handed]:
+        """What ``peers`` hold of ``namespace``'s TrainJobs (``name``'s alone, if given),
+        each asked at once and for ``seconds`` at most; a replica that cannot answer adds
+        nothing (logged)."""
+        token, client = self._token(), self._client()
+        if token is None or client is None or not peers:
+            return []
+        query = {} if namespace is None else {"namespace": namespace}
+        if name is not None:
+            query["name"] = name
+        answers = await asyncio.gather(
+            *(self._newest(client, token, peer, query, seconds) for peer in peers)
+        )
+        return [handed for answer in answers for handed in answer]
+
+    async def _newest(
+        self,
+        client: aiohttp.ClientSession,
+        token: str,
+        peer: Peer,
+        query: dict[str, str],
+        seconds: float,
+    ) -> list[Handed]:
+        try:
+            async with client.get(
+                peer.url + NEWEST_PATH,
+                params=query,
+                headers={"Authorization": f"Bearer {token}", "Accept": JSON},
+                server_hostname=self.tls_name,
+                timeout=aiohttp.ClientTimeout(total=seconds),
+            ) as answer:
+                status = answer.status
+                raw = await answer.content.read(MAX_BATCH_BYTES + 1)
+            if status != 200 or len(raw) > MAX_BATCH_BYTES:
+                log.warning(
+                    "newest updates refused by a replica",
+                    extra={"replica": peer.url, "code": status},
+                )
+                return []
+            return decode_batch(raw)
+        except (aiohttp.ClientError, TimeoutError, PayloadError, ValidationFailed) as exc:
+            log.warning(
+                "newest updates of a replica unavailable",
+                extra={"replica": peer.url, "error": type(exc).__name__},
+            )
+            return []

@@ -155,6 +155,20 @@ def _sort_key(item: Mapping[str, Any]) -> tuple[str, str]:
     return item["metadata"]["namespace"], item["metadata"]["name"]
 
 
+def newer_than(item: Mapping[str, Any] | None, trainer: Mapping[str, Any]) -> bool:
+    """Whether ``trainer`` (a ``trainerStatus``) is newer than ``item``'s: by
+    ``lastUpdatedTime``, which every accepted update has (an item without one, or none
+    at all, is older)."""
+    if item is None:
+        return True
+    ours, theirs = item["trainerStatus"].get("lastUpdatedTime"), trainer.get("lastUpdatedTime")
+    ours_at = parse_time(ours) if isinstance(ours, str) else None
+    theirs_at = parse_time(theirs) if isinstance(theirs, str) else None
+    if theirs_at is None:
+        return False
+    return ours_at is None or theirs_at > ours_at
+
+
 def progress_list(items: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     ordered = sorted(items, key=_sort_key)
     return {

@@ -301,16 +301,26 @@ class CoalescingWriter:
         """Own writes the TrainJob cache does not show yet (remembered until it does)."""
         return len(self._written)
 
-    def newest(self, key: Key) -> bytes | None:
-        """The ``trainerStatus`` JSON of ``key``'s newest accepted update the TrainJob
-        cache may not show yet (behind a final one, else pending, else being written,
-        else written but not seen by the watch yet), or None."""
+    def newest(self, key: Key) -> EncodedStatus | None:
+        """``key``'s newest accepted update the TrainJob cache may not show yet (behind
+        a final one, else pending, else being written, else written but not seen by the
+        watch yet), or None."""
         for source in (self._following, self._pending, self._in_flight):
             held = source.get(key)
             if held is not None:
-                return held.update.json
-        written = self._unseen.get(key)
-        return None if written is None else written.json
+                return held.update
+        return self._unseen.get(key)
+
+    def newest_in(self, namespace: str | None) -> list[tuple[Key, EncodedStatus]]:
+        """``newest`` of every TrainJob of ``namespace`` (None: of all) that has one."""
+        keys = {
+            key
+            for source in (self._following, self._pending, self._in_flight, self._unseen)
+            for key in source
+            if namespace is None or key[0] == namespace
+        }
+        found = [(key, self.newest(key)) for key in sorted(keys)]
+        return [(key, update) for key, update in found if update is not None]
 
     @property
     def writing(self) -> frozenset[Key]:
