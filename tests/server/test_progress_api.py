@@ -24,6 +24,7 @@ import pytest_asyncio
 from trainjob_devcluster.harness.controlplane import FRONT_PROXY_NAME
 from trainjob_devcluster.harness.pytest_plugin import KubeAPI, MakeStatusServer, require_binary
 from trainjob_devcluster.harness.realcluster import RealCluster
+from trainjob_devcluster.harness.testing import eventually
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.peers.batch import NEWEST_PATH
 from trainjob_status_server.peers.ring import Peer, ranked
@@ -489,3 +490,29 @@ async def test_a_replica_that_cannot_say_what_it_holds_adds_nothing(
     said = {(r.getMessage(), getattr(r, "replica", None)) for r in caplog.records}
     assert ("newest updates refused by a replica", peers[0].url) in said
     assert ("newest updates of a replica unavailable", peers[1].url) in said
+
+
+@on_the_real_server
+async def test_kubectl_explains_the_resource(
+    kube_api: RealCluster, progress_server: StatusServer
+) -> None:
+    """The API server merges the aggregated API's OpenAPI v3 document into its own."""
+    kubectl = require_binary("kubectl")
+
+    async def explained() -> str | None:
+        process = await asyncio.create_subprocess_exec(
+            kubectl,
+            f"--kubeconfig={kube_api.kubeconfig_path}",
+            "explain",
+            f"{resource.RESOURCE}.trainerStatus.progressPercentage",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, _ = await process.communicate()
+        return out.decode() if process.returncode == 0 else None
+
+    text = await eventually(explained, "kubectl explain finds the resource", 30)
+    assert text is not None
+    assert f"KIND:       {resource.KIND}" in text
+    assert f"VERSION:    {resource.VERSION}" in text
+    assert "How complete training is, 0 to 100." in text

@@ -39,7 +39,7 @@ from ..kube.errors import KubeBudgetExhausted, KubeError, KubeUnavailable
 from ..kube.resources import Key, Obj
 from ..peers.batch import Handed
 from ..peers.replicas import Replicas
-from ..progress import frontproxy, resource
+from ..progress import frontproxy, openapi, resource
 from ..progress.frontproxy import RequestHeaderSettings, SettingsError, User
 from ..progress.resource import Read
 from .errors import StatusError
@@ -68,6 +68,9 @@ _DISCOVERY = {
     f"/apis/{resource.GROUP}": resource.api_group,
     f"/apis/{resource.GROUP_VERSION}": resource.api_resource_list,
 }
+
+
+_OPENAPI = {openapi.ROOT: openapi.index, openapi.DOCUMENT: openapi.document}
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -214,6 +217,8 @@ class ProgressAPI:
         discovery = _DISCOVERY.get(path)
         if discovery is not None:
             return _json(discovery())
+        if path in _OPENAPI:
+            return web.Response(body=_OPENAPI[path](), content_type="application/json")
         read = resource.read_of(path)
         if read is None:
             return _status(404, "NotFound", "the server could not find the requested resource")
