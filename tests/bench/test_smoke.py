@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from trainjob_devcluster.harness.controlplane import AssetsMissing, find_assets
 from trainjob_devcluster.harness.kubeflow_trainer import (
     TrainerAssetsMissing,
     find_trainer_assets,
@@ -40,6 +41,8 @@ class Bench:
     binaries: tuple[str, ...] = ()
     # Needs Kubeflow Trainer's programs (make trainer-assets).
     trainer: bool = False
+    # Needs the real control plane (make kube-assets).
+    real: bool = False
 
     def __str__(self) -> str:
         return self.script
@@ -254,6 +257,18 @@ BENCHES = [
         trainer=True,
     ),
     Bench(
+        "trainer_write_cost",
+        (
+            rf"^\s+3 TJ\s+0 QPS\s+writes\s+0 .*reconciles/s\s+{NUMBER} \(-/write\)"
+            rf".*JobSet latency p50 {NUMBER} s p99 {NUMBER} s \(n=3\)",
+            rf"^\s+3 TJ\s+5 QPS\s+writes\s+15 \(5\.0/s, 0 failed\)\s+reconciles/s\s+{NUMBER}"
+            rf" \(-?{NUMBER}/write\)\s+CPU\s+{NUMBER} ms/s, -?{NUMBER} ms/write",
+        ),
+        binaries=("taskset", "unshare"),
+        trainer=True,
+        real=True,
+    ),
+    Bench(
         "answer_delay",
         (
             rf"^  loopback c=1   ours\s+{NUMBER} posts/s\s+{NUMBER} us/post\s+p50\s+{NUMBER} ms",
@@ -284,6 +299,16 @@ def require_trainer_assets() -> None:
         pytest.fail(why)
     if why:
         pytest.skip(why)
+
+
+def require_kube_assets() -> None:
+    """Skips where ``make kube-assets`` has not run, except under CI, where that fails."""
+    try:
+        find_assets()
+    except AssetsMissing as missing:
+        if os.environ.get("TRAINJOB_STATUS_CI") == "1":
+            pytest.fail(str(missing))
+        pytest.skip(str(missing))
 
 
 def run(bench: Bench) -> subprocess.CompletedProcess[str]:
@@ -323,6 +348,8 @@ def test_bench_runs_at_smoke_size(
         require_binary(binary, "util-linux" if binary in ("taskset", "unshare") else None)
     if bench.trainer:
         require_trainer_assets()
+    if bench.real:
+        require_kube_assets()
     done = runs[bench.script].result()
     output = f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
     assert done.returncode == 0, output

@@ -34,7 +34,7 @@ import socket
 import ssl
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -362,9 +362,11 @@ class Kubeflow:
         return {"tls.crt": cert, "tls.key": key, "ca.crt": self.trainer_ca.cert_pem}
 
     @contextmanager
-    def controller(self, *, gate: bool) -> Iterator[TrainerController]:
-        """The Trainer's controller manager, ``TrainJobStatus`` gate as asked, its
-        webhooks registered while it runs."""
+    def controller(
+        self, *, gate: bool, extra_args: Sequence[str] = ()
+    ) -> Iterator[TrainerController]:
+        """The Trainer's controller manager, ``TrainJobStatus`` gate as asked (and
+        ``extra_args``, such as a log level), its webhooks registered while it runs."""
         probe, webhook, status = free_port(), free_port(), free_port()
         config = write_config(
             self._fresh_dir("controller"),
@@ -374,6 +376,7 @@ class Kubeflow:
             str(self.assets.controller_manager),
             f"--config={config}",
             f"--feature-gates={GATE}={str(gate).lower()}",
+            *extra_args,
         ]
         process = TrainerProcess(
             argv,
