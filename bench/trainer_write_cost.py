@@ -16,6 +16,9 @@ TrainJob with its JobSet built first) and each write rate (``--qps``), for
 - a new TrainJob is created every ``--probe-every`` seconds, and the time until its
   JobSet exists (a watch on the JobSets) is its latency.
 
+Each phase starts once the controller has not reconciled for 2 s: what the TrainJobs'
+creation or the phase before left is not counted.
+
 Printed per phase: the writes made, the controller's reconciles per second (and per
 write), its CPU (ms per second, and ms per write beyond the phase without writes), and
 the new TrainJobs' JobSet latency p50 / p99. Needs ``make kube-assets trainer-assets``,
@@ -122,6 +125,17 @@ class ControllerLog:
         with self.path.open("rb") as handle:
             handle.seek(self.offset)
             return handle.read().count(RECONCILE)
+
+    async def settled(self, quiet: float = 2.0, within: float = 300.0) -> None:
+        """Until the controller has not reconciled for ``quiet`` seconds: the work a
+        phase or the TrainJobs' creation left is done before the next phase counts."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            self.mark()
+            await asyncio.sleep(quiet)
+            if self.count() == 0:
+                return
+        raise TimeoutError(f"the controller still reconciles after {within:.0f} s")
 
 
 async def jobset_seen(
@@ -249,6 +263,7 @@ async def run_phase(
     args: argparse.Namespace,
 ) -> Phase:
     phase = Phase(len(names), qps, args.seconds)
+    await log.settled()
     log.mark()
     cpu_before = cpu_seconds(pid)
     writing = asyncio.create_task(write_at(kube, names, qps, args.seconds, phase))
