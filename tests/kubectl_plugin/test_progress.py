@@ -379,6 +379,9 @@ class Kubectl:
             "HOME": str(home),
             "KUBECONFIG": str(cluster.kubeconfig_path),
         }
+        # A checkout put on the path rather than installed: the plugin runs from it too.
+        if "PYTHONPATH" in os.environ:
+            self.env["PYTHONPATH"] = os.environ["PYTHONPATH"]
 
     async def start(
         self, *args: str, env: dict[str, str] | None = None, stdout: int = asyncio.subprocess.PIPE
