@@ -10,18 +10,25 @@ through the Kubernetes API with the user's kubeconfig (``KUBECONFIG`` or
 
 The table shows the state the TrainJob's controller set, a progress bar, the ETA, the
 age of the last update and metrics (the first few reported, or those chosen); ``-o
-wide`` adds the runtime and every metric. ``-w`` redraws it on every watch event (in
-place on a terminal, once more per change when piped); when the API server stops
-answering, the reason goes to stderr once, the rows are marked stale, and a fresh list
-clears the mark as soon as it answers again. ``-o json|yaml`` prints the same figures
-for scripts (with ``-w``, one document per change). The figures are formatted by pure
-functions; the I/O is the follower and the server's KubeClient (``trainjob_status_server.kube``,
-the one Kubernetes client of the project), which this package drives.
+wide`` adds the runtime and every metric. The figures are the TrainJob's
+``status.trainerStatus``, or the newest update the status server accepted when it is
+later, where the server's aggregated API (``trainjobprogresses``) is registered: it
+writes a TrainJob's status at most so often. Without that API the status is all there
+is; when it cannot be read, stderr says why once and the rows show the status. ``-w``
+redraws it on every watch event and every change of those updates, read every few
+seconds (in place on a terminal, once more per change when piped); when the API server
+stops answering, the reason goes to stderr once, the rows are marked stale, and a fresh
+list clears the mark as soon as it answers again. ``-o json|yaml`` prints the same
+figures for scripts (with ``-w``, one document per change). The figures are formatted
+by pure functions; the I/O is the follower, the progress reads and the server's
+KubeClient (``trainjob_status_server.kube``, the one Kubernetes client of the project),
+which this package drives.
 
 Modules: ``rows`` (the figures of one TrainJob, their formatting and order, pure),
 ``terminal`` (cluster strings made safe to print, pure), ``output`` (table, JSON, YAML;
 redraws; messages), ``follow`` (list, watch, relist, and whether the rows are current),
-``command`` (flags, kubeconfig), ``version``.
+``fresh`` (the newest updates from the aggregated API, and what to say when it cannot be
+read), ``command`` (flags, kubeconfig), ``version``.
 """
 
 from .command import build_parser, main

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
@@ -18,10 +18,12 @@ from rich.live import Live
 
 from trainjob_status_server.kube.client import KubeClient, ObjectList
 from trainjob_status_server.kube.errors import KubeConfigError, KubeError, KubeUnavailable
-from trainjob_status_server.kube.resources import TRAINJOBS, key_of
+from trainjob_status_server.kube.resources import TRAINJOBS, Key, Obj, key_of
 from trainjob_status_server.kube.store import CacheEvent
 
 from .follow import Follower, one_line, reason_of
+from .fresh import PROGRESSES, Freshness, changed_rows
+from .fresh import REFRESH_SECONDS as FRESH_SECONDS
 from .output import View, selected
 from .rows import SORT_KEYS, Row, row_of, sort_key
 from .terminal import printable
@@ -29,6 +31,7 @@ from .version import __version__
 
 REFRESH_SECONDS = 1.0  # a terminal table redraws this often so the ages move on
 USER_AGENT = "kubectl-trainjob"
+T = TypeVar("T")
 
 
 class UserKubeClient(KubeClient):
@@ -114,6 +117,12 @@ async def progress(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         # command at once with the API's message; later failures are retried.
         listed = await client.list(TRAINJOBS, namespace=namespace, label_selector=args.selector)
         rows = selected((row_of(obj) for obj in listed.items), args.names)
+        # The figures of updates the server has not written to the TrainJobs yet, where
+        # it serves them (never an error: without them, the rows are the stored status).
+        fresh = Freshness(client, namespace, view.message)
+        if rows:
+            await fresh.read()
+        rows = [fresh.row(row) for row in rows]
         found = {row.name for row in rows}
         missing = [name for name in dict.fromkeys(args.names) if name not in found]
         if not args.watch or missing:
@@ -127,7 +136,7 @@ async def progress(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             for name in missing:
                 err.write(printable(not_found(name)) + "\n")
             return 1 if missing else 0
-        await watch(client, namespace, args.selector, listed, args.names, view)
+        await watch(client, namespace, args.selector, listed, args.names, view, fresh)
     return 0
 
 
@@ -138,10 +147,13 @@ async def watch(
     listed: ObjectList,
     names: Sequence[str],
     view: View,
+    fresh: Freshness,
 ) -> None:
     """Follow the TrainJobs from ``listed`` until interrupted; redraw (or print events)
-    on each change, rows marked stale while the API server does not answer."""
+    on each change, rows marked stale while the API server does not answer. ``fresh``
+    is read again every few seconds: a change of its figures is a change too."""
     pending: list[CacheEvent] = []
+    refreshed: list[Row] = []
     changed = asyncio.Event()
 
     def heard(events: Sequence[CacheEvent]) -> None:
@@ -150,8 +162,20 @@ async def watch(
         if pending or not events:
             changed.set()
 
-    def rows() -> list[Row]:
+    def stored() -> list[Row]:
         return selected(map(row_of, follower.objects()), names)
+
+    def rows() -> list[Row]:
+        return [fresh.row(row) for row in stored()]
+
+    def read(before: Mapping[Key, Obj]) -> None:
+        # Only a change of what the rows show redraws (or prints a document per row):
+        # an update the status now holds, say, changes nothing.
+        now = changed_rows(stored(), before, fresh.progress)
+        if now:
+            if view.output is not None:
+                refreshed.extend(now)
+            changed.set()
 
     follower = Follower(client, namespace, selector, on_change=heard, on_message=view.message)
     follower.load(listed)
@@ -159,6 +183,9 @@ async def watch(
     task = asyncio.create_task(follower.run(), name="kubectl-trainjob-watch")
     # The follower ends only by raising: wake the loop below to raise it here.
     task.add_done_callback(lambda _: changed.set())
+    reads = asyncio.create_task(
+        fresh.run(read, paused=lambda: follower.health.stale), name="kubectl-trainjob-fresh"
+    )
     try:
         with live if live is not None else contextlib.nullcontext():
             view.live = live
@@ -168,7 +195,8 @@ async def watch(
                 view.snapshot(rows())
             else:
                 for obj in follower.objects():
-                    _print_event(view, CacheEvent("ADDED", key_of(obj), None, obj), names)
+                    event = CacheEvent("ADDED", key_of(obj), None, obj)
+                    _print_event(view, event, fresh, names)
             while True:
                 timeout = REFRESH_SECONDS if live is not None else None
                 with contextlib.suppress(TimeoutError):
@@ -184,24 +212,29 @@ async def watch(
                         view.snapshot(rows(), stale=follower.health.stale)
                 else:
                     for event in events:
-                        _print_event(view, event, names)
+                        _print_event(view, event, fresh, names)
+                    for row in _drain(refreshed):
+                        view.event("MODIFIED", row)
     finally:
         view.live = None
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for running in (task, reads):
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
 
 
-def _drain(pending: list[CacheEvent]) -> list[CacheEvent]:
-    events = list(pending)
+def _drain(pending: list[T]) -> list[T]:
+    items = list(pending)
     pending.clear()
-    return events
+    return items
 
 
-def _print_event(view: View, event: CacheEvent, names: Sequence[str] = ()) -> None:
+def _print_event(
+    view: View, event: CacheEvent, fresh: Freshness, names: Sequence[str] = ()
+) -> None:
     obj = event.new if event.new is not None else event.old
     if obj is not None and (not names or event.key[1] in names):
-        view.event(event.type, row_of(obj))
+        view.event(event.type, fresh.row(row_of(obj)))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -217,12 +250,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="progress, ETA, last update and metrics of TrainJobs",
         description=(
             "Show each TrainJob's state (the condition its controller set: Failed, "
-            "Complete, Suspended or Created) and status.trainerStatus: a progress bar, the "
-            "estimated time remaining, how long ago its trainer last reported, and its "
-            "metrics (the first few reported, or those chosen with --metric). TrainJobs "
-            "that have not reported show '-'. With -w, a lost API server is reported on "
-            "stderr, the rows are marked '(stale)' until it answers again, and the watch "
-            "resumes by itself."
+            "Complete, Suspended or Created) and its trainer's last report: a progress "
+            "bar, the estimated time remaining, how long ago it reported, and its metrics "
+            "(the first few reported, or those chosen with --metric). TrainJobs that have "
+            "not reported show '-'. The figures are the TrainJob's status.trainerStatus, "
+            "or, where the status server's aggregated API is registered "
+            f"({PROGRESSES.qualified}), the newest update that server accepted when it is "
+            "later: the server writes a TrainJob's status at most so often. When that API "
+            "cannot be read (no RBAC on it, the server down), stderr says why, once, and "
+            "the rows show the status. With -w, the rows are redrawn on every change of "
+            f"the TrainJobs and the newest updates are read every {FRESH_SECONDS:g} s; a "
+            "lost API server is reported on stderr, the rows are marked '(stale)' until it "
+            "answers again, and the watch resumes by itself."
         ),
     )
     cmd.add_argument("names", nargs="*", metavar="NAME", help="only these TrainJobs")

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rich.table import Table
@@ -37,6 +37,8 @@ class Row:
     metrics: tuple[tuple[str, str], ...] = ()
     state: str | None = None
     runtime: str | None = None
+    # The TrainJob's: tells its progress from that of another TrainJob of the same name.
+    uid: str | None = None
 
     def metric(self, name: str) -> str | None:
         """The last value reported under ``name``."""
@@ -49,15 +51,29 @@ class Row:
 
 def row_of(trainjob: Obj) -> Row:
     namespace, name = key_of(trainjob)
+    meta = trainjob.get("metadata")
+    uid = meta.get("uid") if isinstance(meta, dict) else None
     status = trainjob.get("status")
     state = state_of(status.get("conditions") if isinstance(status, dict) else None)
     spec = trainjob.get("spec")
     ref = spec.get("runtimeRef") if isinstance(spec, dict) else None
     runtime = ref.get("name") if isinstance(ref, dict) else None
-    runtime = runtime if isinstance(runtime, str) else None
+    row = Row(
+        namespace,
+        name,
+        state=state,
+        runtime=runtime if isinstance(runtime, str) else None,
+        uid=uid if isinstance(uid, str) else None,
+    )
     trainer = status.get("trainerStatus") if isinstance(status, dict) else None
+    return with_trainer_status(row, trainer)
+
+
+def with_trainer_status(row: Row, trainer: Any) -> Row:
+    """``row`` with the figures of ``trainer`` (a ``trainerStatus``), each None where it
+    holds none; ``row`` as is when ``trainer`` is not one."""
     if not isinstance(trainer, dict):
-        return Row(namespace, name, state=state, runtime=runtime)
+        return row
     items = trainer.get("metrics")
     metrics = tuple(
         (str(item.get("name")), str(item.get("value")))
@@ -65,16 +81,37 @@ def row_of(trainjob: Obj) -> Row:
         if isinstance(item, dict)
     )
     stamp = trainer.get("lastUpdatedTime")
-    return Row(
-        namespace,
-        name,
+    return replace(
+        row,
         progress=_integer(trainer.get("progressPercentage")),
         eta_seconds=_integer(trainer.get("estimatedRemainingSeconds")),
         last_updated=stamp if isinstance(stamp, str) else None,
         metrics=metrics,
-        state=state,
-        runtime=runtime,
     )
+
+
+def fresher(row: Row, progress: Any) -> Row:
+    """``row`` (a TrainJob's stored status) with the figures of ``progress`` (its
+    ``TrainJobProgress``: the newest update the status server accepted) when that
+    update's ``lastUpdatedTime`` is later than the row's, or the row has none that
+    parses; else ``row`` as is. The state and runtime stay the TrainJob's. A progress of
+    another TrainJob of the same name (another uid: deleted and made again) is not used.
+    """
+    if not isinstance(progress, dict):
+        return row
+    trainer = progress.get("trainerStatus")
+    meta = progress.get("metadata")
+    uid = meta.get("uid") if isinstance(meta, dict) else None
+    if not isinstance(trainer, dict) or (row.uid and isinstance(uid, str) and uid != row.uid):
+        return row
+    stamp = trainer.get("lastUpdatedTime")
+    newer = parse_time(stamp) if isinstance(stamp, str) else None
+    if newer is None:
+        return row
+    stored = None if row.last_updated is None else parse_time(row.last_updated)
+    if stored is not None and newer <= stored:
+        return row
+    return with_trainer_status(row, trainer)
 
 
 def state_of(conditions: Any) -> str | None:

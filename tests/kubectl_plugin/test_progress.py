@@ -15,15 +15,17 @@ import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 import yaml
 from rich.console import Console
 
+from kubectl_trainjob import fresh
 from kubectl_trainjob.command import kubeconfig_file
 from kubectl_trainjob.follow import Health, failed, reason_of, recovered
 from kubectl_trainjob.output import yaml_text
@@ -31,6 +33,7 @@ from kubectl_trainjob.rows import (
     Row,
     chosen_metrics,
     document,
+    fresher,
     progress_bar,
     row_of,
     shown_metrics,
@@ -41,12 +44,18 @@ from kubectl_trainjob.rows import (
     updated_text,
 )
 from kubectl_trainjob.terminal import printable
+from server import replicas
+from server.aggregation import PROGRESS, available, register, soon, unregister
+from server.conftest import NS
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, MakeStatusServer, on_both_servers
 from trainjob_devcluster.harness.realcluster import RealCluster
+from trainjob_devcluster.harness.testing import ServingCerts, eventually
 from trainjob_status.contract import GROUP
+from trainjob_status_server.app import StatusServer
 from trainjob_status_server.kube import KubeClient
 from trainjob_status_server.kube.errors import KubeError, KubeUnavailable
+from trainjob_status_server.progress import resource
 
 NOW = dt.datetime(2026, 12, 2, 18, 33, 25, tzinfo=dt.UTC).timestamp()
 
@@ -257,6 +266,211 @@ def test_failure_reasons_read_as_kubectl_says_them() -> None:
     assert reason_of(KubeUnavailable("GET /apis/x: timed out")) == "GET /apis/x: timed out"
     assert reason_of(KubeUnavailable()) == "KubeUnavailable"
     assert reason_of(ValueError("watch line is not an event")) == "watch line is not an event"
+
+
+# -- fresh progress (the aggregated API) --------------------------------------------------
+
+
+def progress_item(
+    percent: int, stamp: str, *, uid: str | None = "uid-1", name: str = "tj"
+) -> dict[str, Any]:
+    """A TrainJobProgress as the server lists it."""
+    metadata = {"name": name, "namespace": "team-a", **({"uid": uid} if uid else {})}
+    return {
+        "kind": resource.KIND,
+        "apiVersion": resource.GROUP_VERSION,
+        "metadata": metadata,
+        "trainerStatus": {
+            "progressPercentage": percent,
+            "estimatedRemainingSeconds": 60,
+            "metrics": [{"name": "loss", "value": "0.1"}],
+            "lastUpdatedTime": stamp,
+        },
+        "stored": False,
+    }
+
+
+def test_a_later_update_replaces_the_stored_figures_and_keeps_state_and_runtime() -> None:
+    stored = replace(row_of(full_trainjob()), uid="uid-1")  # 42%, reported at NOW - 90
+    newer = fresher(stored, progress_item(60, iso(NOW - 5)))
+    assert newer == Row(
+        "team-a",
+        "tj",
+        progress=60,
+        eta_seconds=60,
+        last_updated=iso(NOW - 5),
+        metrics=(("loss", "0.1"),),
+        state="Created",
+        runtime="torch",
+        uid="uid-1",
+    )
+    # Times compare as times, whatever their form.
+    assert fresher(stored, progress_item(61, "2026-12-02T18:32:00.5+00:00")).progress == 61
+    # The update the status holds, an older one, or one whose time does not parse: the
+    # stored figures stay.
+    for stamp in (iso(NOW - 90), "2026-12-02T18:31:55.000Z", iso(NOW - 600), "soon"):
+        assert fresher(stored, progress_item(60, stamp)) == stored, stamp
+    # Another TrainJob of that name (deleted and made again): not its progress.
+    assert fresher(stored, progress_item(60, iso(NOW - 5), uid="uid-2")) == stored
+    assert fresher(stored, progress_item(60, iso(NOW - 5), uid=None)).progress == 60
+    # A row without a report, or with a time that does not parse, takes one that does.
+    assert fresher(Row("team-a", "tj"), progress_item(60, iso(NOW - 5))).progress == 60
+    unparsed = replace(stored, last_updated="soon")
+    assert fresher(unparsed, progress_item(60, iso(NOW - 5))).progress == 60
+    # Not a progress at all.
+    odd: list[Any] = [None, "x", {}, {"trainerStatus": "x"}, {"trainerStatus": {"x": 1}}]
+    for item in odd:
+        assert fresher(stored, item) == stored, item
+
+
+def test_fresh_progress_falls_back_to_the_status_and_says_why_once() -> None:
+    start = fresh.Source()
+    # Not registered: nothing to say, and nothing to ask again.
+    assert fresh.failed(start, 404) == (fresh.Source(asking=False), None)
+    refused, line = fresh.failed(start, 403)
+    assert refused.asking
+    assert line == "fresh progress unavailable (403 Forbidden): showing stored status"
+    assert fresh.failed(refused, 403) == (refused, None)  # every later read: said
+    down, line = fresh.failed(refused, 503)
+    assert line == "fresh progress unavailable (503 Service Unavailable): showing stored status"
+    why = "cannot connect to the API server at 10.0.0.1:6443: connection refused"
+    lost, line = fresh.failed(down, None, why)
+    assert line == f"fresh progress unavailable ({why}): showing stored status"
+    assert (
+        fresh.failed(lost, None)[1]
+        == "fresh progress unavailable (no answer): showing stored status"
+    )
+    assert fresh.failed(start, 599)[1] == "fresh progress unavailable (599): showing stored status"
+    # Back: said when a failure was told, and the next failure is told again.
+    assert fresh.answered(down) == (fresh.Source(), "fresh progress available again")
+    assert fresh.answered(start) == (start, None)
+    # A 403 where the group-version is not discovered: no API to refuse.
+    assert [fresh.refusal_status(code) for code in (404, None, 503, 403)] == [404, 403, 403, 403]
+
+
+def test_progress_items_by_trainjob_and_the_rows_they_change() -> None:
+    items = [progress_item(60, iso(NOW - 5)), progress_item(7, iso(NOW), name="other")]
+    junk = [
+        "x",
+        {"metadata": "x"},
+        {"metadata": {"name": "n"}},
+        {"metadata": {"namespace": "a", "name": 1}},
+    ]
+    found = fresh.by_trainjob({"items": [*items, *junk]})
+    assert found == {("team-a", "tj"): items[0], ("team-a", "other"): items[1]}
+    odd: list[Any] = [None, [], {"items": "x"}, {}]
+    for listed in odd:
+        assert fresh.by_trainjob(listed) == {}
+    rows = [row_of(full_trainjob()), Row("team-a", "other"), Row("team-a", "quiet")]
+    changed = fresh.changed_rows(rows, {}, found)
+    assert [(row.name, row.progress) for row in changed] == [("tj", 60), ("other", 7)]
+    # The status caught up: nothing shown changes.
+    assert fresh.changed_rows(rows, found, found) == []
+    older = {("team-a", "tj"): progress_item(10, iso(NOW - 600))}
+    assert fresh.changed_rows(rows[:1], {}, older) == []
+    # Gone (the API failed): back to the stored figures.
+    assert [row.progress for row in fresh.changed_rows(rows, found, {})] == [42, None]
+
+
+def test_the_plugin_reads_what_the_server_serves() -> None:
+    assert resource.read_of(fresh.PROGRESSES.path("team-a")) == resource.Read("team-a", None)
+    assert resource.read_of(fresh.PROGRESSES.path(None)) == resource.Read(None, None)
+    served = resource.api_resource_list()["groupVersion"]
+    assert fresh.DISCOVERY.removeprefix("/apis/") == served
+    assert fresh.PROGRESSES.qualified == resource.QUALIFIED
+
+
+class Answers(KubeClient):
+    """Answers ``request_json`` by path: an object, an error to raise, or no answer."""
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        super().__init__()
+        self.answers = answers
+        self.asked: list[str] = []
+
+    async def request_json(
+        self, method: str, path: str, *, body: Any = None, accept: str = "application/json"
+    ) -> dict[str, Any]:
+        self.asked.append(path)
+        answer = self.answers[path]
+        if isinstance(answer, Exception):
+            raise answer
+        if answer is None:
+            await asyncio.sleep(3600)
+        assert isinstance(answer, dict)
+        return answer
+
+
+LIST = fresh.PROGRESSES.path("team-a")
+
+
+def forbidden() -> KubeError:
+    return KubeError(403, "Forbidden", "cannot list resource")
+
+
+async def test_reads_fall_back_say_why_once_and_stop_where_there_is_no_api() -> None:
+    told: list[str] = []
+    listed = {"items": [progress_item(60, iso(NOW))]}
+    client = Answers({LIST: KubeError(503, "ServiceUnavailable", "service unavailable")})
+    reads = fresh.Freshness(client, "team-a", told.append, timeout=0.2)
+    assert await reads.read() == {}
+    assert await reads.read() == {}
+    client.answers[LIST] = listed
+    assert await reads.read() == {}
+    assert reads.row(Row("team-a", "tj")).progress == 60
+    client.answers[LIST] = None  # no answer
+    assert await reads.read() == fresh.by_trainjob(listed)
+    assert reads.progress == {}
+    client.answers[LIST] = KubeUnavailable("GET /apis/x: timed out")
+    await reads.read()
+    assert told == [
+        "fresh progress unavailable (503 Service Unavailable): showing stored status",
+        "fresh progress available again",
+        "fresh progress unavailable (no answer within 0.2s): showing stored status",
+        "fresh progress unavailable (GET /apis/x: timed out): showing stored status",
+    ]
+    # Refused: told where the API is there (or may be: its discovery fails), silent and
+    # not asked again where it is not.
+    told.clear()
+    client.answers |= {LIST: forbidden(), fresh.DISCOVERY: {"kind": "APIResourceList"}}
+    await reads.read()
+    client.answers[fresh.DISCOVERY] = KubeError(503, "ServiceUnavailable", "")
+    await reads.read()
+    assert told == ["fresh progress unavailable (403 Forbidden): showing stored status"]
+    client.answers[fresh.DISCOVERY] = KubeError(404, "NotFound", "404 page not found")
+    await reads.read()
+    assert (reads.source.asking, reads.progress) == (False, {})
+    client.asked.clear()
+    await reads.read()
+    await reads.run(lambda before: None, interval=0)  # returns: nothing to ask
+    assert client.asked == []
+    assert len(told) == 1
+
+
+async def test_a_watch_reads_again_and_hears_each_change() -> None:
+    client = Answers({LIST: {"items": []}})
+    reads = fresh.Freshness(client, "team-a", lambda line: None)
+    heard: list[dict[Any, Any]] = []
+    paused = [True]
+    task = asyncio.create_task(
+        reads.run(
+            lambda before: heard.append(dict(before)), paused=lambda: paused[0], interval=0.01
+        )
+    )
+    try:
+        await asyncio.sleep(0.05)
+        assert client.asked == []  # paused: the TrainJob watch is down and says so
+        paused[0] = False
+        await until(lambda: len(client.asked) > 2)
+        assert heard == []  # the same answer: no change
+        client.answers[LIST] = {"items": [progress_item(60, iso(NOW))]}
+        await until(lambda: bool(heard))
+        assert heard == [{}]
+        client.answers[LIST] = KubeError(404, "NotFound", "")
+        await asyncio.wait_for(task, 5)  # not registered any more: done
+    finally:
+        task.cancel()
+    assert heard[-1] == fresh.by_trainjob({"items": [progress_item(60, iso(NOW))]})
 
 
 # What a hostile writer may put in any string the plugin prints: a screen clear, a
@@ -856,6 +1070,165 @@ class TestThroughKubectl:
         deleted = json.loads(await read_line(proc.stdout))
         assert (deleted["type"], deleted["name"]) == ("DELETED", "tj-b")
         assert await interrupted(proc) == (130, "")
+
+
+on_the_real_server = pytest.mark.parametrize("kube_api", ["real"], indirect=True)
+UNAVAILABLE = "fresh progress unavailable ({}): showing stored status\n"
+
+
+@dataclass
+class Pending:
+    """A status server whose writes wait a minute after the first, and TrainJob llama:
+    10% stored, 42% accepted but not written yet."""
+
+    server: StatusServer
+    session: aiohttp.ClientSession
+    port: int
+
+    async def post(self, body: bytes) -> None:
+        assert await replicas.post(self.session, self.server.url, "llama", body) == 200
+
+
+@pytest_asyncio.fixture
+async def pending(
+    kube_api: KubeAPI,
+    serving_certs: ServingCerts,
+    make_status_server: MakeStatusServer,
+    unused_tcp_port: int,
+) -> AsyncIterator[Pending]:
+    kube_api.create_trainjob(NS, "llama")
+    set_conditions(kube_api, NS, "llama", {"type": "Created", "status": "True"})
+    connector = aiohttp.TCPConnector(ssl=serving_certs.client_context())
+    async with (
+        make_status_server(
+            host="0.0.0.0", progress_api_port=unused_tcp_port, min_write_interval=60.0
+        ) as server,
+        aiohttp.ClientSession(connector=connector) as session,
+    ):
+        handle = Pending(server, session, unused_tcp_port)
+        await handle.post(replicas.update(10, 1))
+        await soon(lambda: replicas.stored_progress(kube_api, "llama") == 10, "the first write")
+        await handle.post(replicas.update(42, 2))
+        yield handle
+
+
+def figures(out: str) -> list[list[str]]:
+    """Each row's NAME, STATE, bar and percentage."""
+    return [line.split()[:4] for line in out.splitlines()[1:]]
+
+
+TEN, FORTY_TWO = "██░░░░░░░░░░░░░░░░░░", "████████░░░░░░░░░░░░"
+
+
+@pytest.mark.kubectl
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+class TestFreshProgress:
+    """The figures of an update the server accepted but has not written yet, read from
+    its aggregated API through kube-apiserver; the stored ones where it is not there."""
+
+    @on_the_real_server
+    async def test_progress_shows_the_update_whose_write_is_pending(
+        self,
+        kube_api: RealCluster,
+        kubectl: Kubectl,
+        serving_certs: ServingCerts,
+        pending: Pending,
+    ) -> None:
+        register(kube_api, serving_certs, replicas.machine_address(), pending.port)
+        try:
+            await soon(lambda: available(kube_api), "the APIService is Available", 30)
+            out = await kubectl.ok("trainjob", "progress", "-n", NS)
+            # The state is the TrainJob's; the figures are the newer update's.
+            assert figures(out) == [["llama", "Created", FORTY_TWO, "42%"]]
+            documents = json.loads(await kubectl.ok("trainjob", "progress", "-A", "-o", "json"))
+            (document,) = documents["items"]
+            assert (document["state"], document["progressPercentage"]) == ("Created", 42)
+            assert document["lastUpdatedTime"] == "2026-12-01T10:00:02Z"
+            # The TrainJob's status still holds the first.
+            assert replicas.stored_progress(kube_api, "llama") == 10
+
+            # With -w, a newer update shows within a read or two, no TrainJob event needed.
+            proc = await kubectl.start("trainjob", "progress", "-n", NS, "-w")
+            assert proc.stdout is not None
+            assert figures("\n".join(await read_table(proc.stdout))) == [
+                ["llama", "Created", FORTY_TWO, "42%"]
+            ]
+            await pending.post(replicas.update(77, 3))
+            later = await read_table(proc.stdout)
+            assert later[1].split()[3] == "77%"
+            assert replicas.stored_progress(kube_api, "llama") == 10
+            assert await interrupted(proc) == (130, "")
+        finally:
+            unregister(kube_api)
+
+    @on_both_servers
+    async def test_without_the_apiservice_the_status_is_shown_and_nothing_said(
+        self, kube_api: KubeAPI, kubectl: Kubectl, pending: Pending
+    ) -> None:
+        out = await kubectl.ok("trainjob", "progress", "-n", NS)
+        assert figures(out) == [["llama", "Created", TEN, "10%"]]
+        documents = json.loads(await kubectl.ok("trainjob", "progress", "-o", "json", "-n", NS))
+        assert documents["items"][0]["lastUpdatedTime"] == "2026-12-01T10:00:01Z"
+
+    @on_the_real_server
+    async def test_a_refusal_or_an_outage_is_said_once_and_the_status_shown(
+        self,
+        kube_api: RealCluster,
+        kubectl: Kubectl,
+        kube: KubeClient,
+        serving_certs: ServingCerts,
+        unused_tcp_port: int,
+        tmp_path: Path,
+    ) -> None:
+        kube_api.create_trainjob(NS, "llama")
+        await report(kube, NS, "llama", progressPercentage=10, lastUpdatedTime=iso(0))
+        reader = reader_kubeconfig(kube_api, tmp_path)
+        # May read TrainJobs, not their progress, of an API that is not there: no news.
+        out = await kubectl.ok("trainjob", "progress", "-n", NS, "--kubeconfig", str(reader))
+        assert figures(out) == [["llama", "-", TEN, "10%"]]
+        # Registered, but nothing serves it (a server that is down).
+        register(kube_api, serving_certs, replicas.machine_address(), unused_tcp_port)
+        try:
+
+            async def unavailable() -> bool:
+                try:
+                    await kube.request_json("GET", PROGRESS)
+                except KubeError as exc:
+                    return exc.status == 503
+                return False
+
+            await eventually(unavailable, "the APIService's reads answer 503", 30)
+            for kubeconfig, reason in (
+                (kube_api.kubeconfig_path, "503 Service Unavailable"),
+                (reader, "403 Forbidden"),
+            ):
+                result = await kubectl.run(
+                    "trainjob", "progress", "-n", NS, "--kubeconfig", str(kubeconfig)
+                )
+                assert (result.code, result.err) == (0, UNAVAILABLE.format(reason))
+                assert figures(result.out) == [["llama", "-", TEN, "10%"]]
+        finally:
+            unregister(kube_api)
+
+
+def reader_kubeconfig(cluster: RealCluster, tmp_path: Path) -> Path:
+    """A kubeconfig of a service account that may get and list TrainJobs in NS, and
+    nothing else."""
+    cluster.create("serviceaccounts", {"metadata": {"name": "reader"}}, NS)
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}"
+    rule = {"apiGroups": [GROUP], "resources": ["trainjobs"], "verbs": ["get", "list"]}
+    cluster.call("POST", f"{rbac}/roles", {"metadata": {"name": "reader"}, "rules": [rule]})
+    binding = {
+        "metadata": {"name": "reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": NS}],
+    }
+    cluster.call("POST", f"{rbac}/rolebindings", binding)
+    config = yaml.safe_load(cluster.kubeconfig_path.read_text())
+    config["users"][0]["user"] = {"token": cluster.request_token(NS, "reader", [cluster.issuer])}
+    path = tmp_path / "reader.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 async def interrupted(proc: asyncio.subprocess.Process) -> tuple[int, str]:
