@@ -25,8 +25,8 @@ from typing import Any
 
 import aiohttp
 
-from trainjob_devcluster import DevCluster
 from trainjob_devcluster.harness.kubeconfig import write_kubeconfig
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI
 
 from .rendering import ROOT, Doc
 
@@ -58,7 +58,7 @@ def entrypoint() -> list[str]:
     return command
 
 
-def load(cluster: DevCluster, docs: list[Doc]) -> None:
+def load(cluster: KubeAPI, docs: list[Doc]) -> None:
     """Create the rendered objects the server's start depends on, as ``kubectl apply``
     would (the namespace first)."""
     ordered = sorted(docs, key=lambda d: d["kind"] != "Namespace")
@@ -144,7 +144,7 @@ class Container:
             env[entry["name"]] = meta[source["fieldRef"]["fieldPath"]]
         return env
 
-    def make_mounts(self, root: Path, cluster: DevCluster) -> None:
+    def make_mounts(self, root: Path, cluster: KubeAPI) -> None:
         """Each mount's folder; a projected volume's tokens in it, as kubelet writes them."""
         volumes = {v["name"]: v for v in self.deployment["spec"]["template"]["spec"]["volumes"]}
         for mount in self.spec.get("volumeMounts") or []:
@@ -192,7 +192,7 @@ class RunningServer:
         return self.process.returncode
 
 
-def start(cluster: DevCluster, container: Container, root: Path) -> RunningServer:
+def start(cluster: KubeAPI, container: Container, root: Path) -> RunningServer:
     """Run the container's command with its environment, as its ServiceAccount."""
     container.make_mounts(root, cluster)
     token = cluster.request_token(
