@@ -56,6 +56,7 @@ COMPONENT_VALUES: dict[str, dict[str, Any]] = {
     "secure-metrics": {"metrics": {"secure": True}},
     "metrics-token-secret": {"metrics": {"scrapeToken": "secret"}},
     "api-priority": {"apiPriority": {"enabled": True}},
+    "progress-api": {"progressAPI": {"enabled": True}},
 }
 
 

@@ -30,6 +30,7 @@ KINDS = (
     "validatingadmissionpolicybindings.admissionregistration.k8s.io",
     "flowschemas.flowcontrol.apiserver.k8s.io",
     "prioritylevelconfigurations.flowcontrol.apiserver.k8s.io",
+    "apiservices.apiregistration.k8s.io",
     "certificates.cert-manager.io",
     "issuers.cert-manager.io",
     "servicemonitors.monitoring.coreos.com",

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from trainjob_devcluster.harness.realcluster import RealCluster
+from trainjob_status_server.progress import resource
 
 from .assets import crd_files
 from .cluster import Kubectl
@@ -26,3 +27,15 @@ def kubectl(real_cluster: RealCluster) -> Iterator[Kubectl]:
     run("create", "clusterrole", "bystander", "--verb=get", "--resource=pods")
     yield run
     run("delete", "clusterrole", "bystander", "--ignore-not-found")
+    # What a failed test may leave of components/progress-api that the suite's clean-up
+    # cannot take: an APIService without its server breaks the discovery the clean-up
+    # reads, and the clean-up leaves kube-system alone.
+    run("delete", "apiservice", resource.APISERVICE, "--ignore-not-found")
+    run(
+        "delete",
+        "rolebinding",
+        "-n",
+        "kube-system",
+        "trainjob-status-authentication-reader",
+        "--ignore-not-found",
+    )

@@ -40,6 +40,7 @@ COMPONENTS = {
     "cert-manager": MANIFESTS / "components" / "cert-manager",
     "token-review": MANIFESTS / "components" / "token-review",
     "prometheus": MANIFESTS / "prometheus",
+    "progress-api": MANIFESTS / "components" / "progress-api",
 }
 # Added for a migration only: rendered with the others by its own test, not in every
 # combination.

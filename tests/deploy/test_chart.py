@@ -40,12 +40,24 @@ CI_OVERLAYS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
     "quick-start-values.yaml": ("quick-start", (), None),
     "quick-start-all-values.yaml": (
         "quick-start",
-        ("cert-manager", "token-review", "prometheus", "override-existing", "api-priority"),
+        (
+            "cert-manager",
+            "token-review",
+            "prometheus",
+            "override-existing",
+            "api-priority",
+            "progress-api",
+        ),
         f"registry.example.com/ml/trainjob-status:{VERSION}-rc1",
     ),
     "kubeflow-values.yaml": ("kubeflow", (), None),
-    "kubeflow-all-values.yaml": ("kubeflow", ("cert-manager", "token-review", "prometheus"), None),
+    "kubeflow-all-values.yaml": (
+        "kubeflow",
+        ("cert-manager", "token-review", "prometheus", "progress-api"),
+        None,
+    ),
     "kubeflow-token-secret-values.yaml": ("kubeflow", ("prometheus", "metrics-token-secret"), None),
+    "kubeflow-progress-api-values.yaml": ("kubeflow", ("progress-api",), None),
 }
 
 
@@ -320,6 +332,11 @@ SCHEMA_ERROR = (
             "- at '/apiPriority/nominalConcurrencyShares': minimum: got 0, want 1\n",
         ),
         (
+            ["progressAPI.port=9090", "progressAPI.enabled=on"],
+            "- at '/progressAPI/port': 'not' failed\n"
+            "- at '/progressAPI/enabled': got string, want boolean\n",
+        ),
+        (
             ["imagePullSecrets[0].secret=registry"],
             "- at '/imagePullSecrets/0': missing property 'name'\n"
             "- at '/imagePullSecrets/0': additional properties 'secret' not allowed\n",
@@ -333,6 +350,7 @@ SCHEMA_ERROR = (
         "scrape-token",
         "namespace",
         "api-priority-shares",
+        "progress-api",
         "pull-secret",
     ],
 )

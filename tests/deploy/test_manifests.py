@@ -25,6 +25,7 @@ from trainjob_status_server.config import Config, from_args
 from trainjob_status_server.http import webhook
 from trainjob_status_server.pods import injection
 from trainjob_status_server.pods.injection import Selector, Target
+from trainjob_status_server.progress import frontproxy, resource
 from trainjob_status_server.running import shutdown_deadline
 
 from .rendering import (
@@ -97,6 +98,38 @@ METRICS_AUTH_RULES = [
 # Bound by the platform team to its Prometheus, never to the server.
 SCRAPER_ROLE = ("ClusterRole", "trainjob-status-metrics-reader")
 SCRAPER_RULES = [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+# components/progress-api: the server asks whether a reader may read the TrainJobs, and
+# (bootstrap only) keeps its APIService's caBundle.
+PROGRESS_API_RULES = [
+    {
+        "apiGroups": ["authorization.k8s.io"],
+        "resources": ["subjectaccessreviews"],
+        "verbs": ["create"],
+    }
+]
+APISERVICE_CA_RULES = [
+    {
+        "apiGroups": ["apiregistration.k8s.io"],
+        "resources": ["apiservices"],
+        "resourceNames": [resource.APISERVICE],
+        "verbs": ["get", "patch"],
+    }
+]
+# The front proxy's CA and names: a Role Kubernetes defines in kube-system, bound there.
+AUTHENTICATION_READER = ("Role", "extension-apiserver-authentication-reader")
+AUTHENTICATION_BINDING = "trainjob-status-authentication-reader"
+# Aggregated into the roles users hold, never bound to the server.
+READER_ROLE = ("ClusterRole", "trainjob-status-progress-reader")
+READER_RULES = [
+    {"apiGroups": [resource.GROUP], "resources": [resource.RESOURCE], "verbs": ["get", "list"]}
+]
+AGGREGATED_INTO = {
+    "rbac.authorization.k8s.io/aggregate-to-view": "true",
+    "rbac.authorization.k8s.io/aggregate-to-edit": "true",
+    "rbac.authorization.k8s.io/aggregate-to-admin": "true",
+    "rbac.authorization.kubeflow.org/aggregate-to-kubeflow-view": "true",
+}
+PROGRESS_API_PORT = 8445
 # Overlays that serve secure metrics without being asked.
 SECURE_BY_DEFAULT = {"kubeflow"}
 
@@ -112,11 +145,16 @@ def expected_roles(
     }
     if secure:
         roles[("ClusterRole", "trainjob-status-metrics-auth")] = METRICS_AUTH_RULES
+    progress_api = "progress-api" in components
     if "cert-manager" not in components:
-        roles[("ClusterRole", "trainjob-status-webhook-ca")] = WEBHOOK_CA_RULES
+        # The bootstrap keeps every caBundle that trusts its CA.
+        ca_rules = WEBHOOK_CA_RULES + (APISERVICE_CA_RULES if progress_api else [])
+        roles[("ClusterRole", "trainjob-status-webhook-ca")] = ca_rules
         roles[("Role", "trainjob-status-certs")] = CERT_RULES
     if "token-review" in components:
         roles[("ClusterRole", "trainjob-status-token-review")] = TOKEN_REVIEW_RULES
+    if progress_api:
+        roles[("ClusterRole", "trainjob-status-progress-api")] = PROGRESS_API_RULES
     return roles
 
 
@@ -140,6 +178,11 @@ class Variant:
         """Whether it serves secure metrics."""
         return self.overlay in SECURE_BY_DEFAULT or "secure-metrics" in self.components
 
+    @property
+    def progress_api(self) -> bool:
+        """Whether it serves the aggregated API."""
+        return "progress-api" in self.components
+
     def __str__(self) -> str:
         return "+".join((self.overlay, *self.components))
 
@@ -152,6 +195,7 @@ CLUSTER_SCOPED = {
     "MutatingWebhookConfiguration",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "APIService",
 }
 
 
@@ -181,13 +225,23 @@ def server(docs: list[Doc]) -> Doc:
     return dict(container)
 
 
+def in_kube_system(doc: Doc) -> bool:
+    """The one object that belongs in kube-system: the binding to the Role there that
+    reads the front proxy's CA (components/progress-api)."""
+    return (doc["kind"], doc["metadata"]["name"]) == ("RoleBinding", AUTHENTICATION_BINDING)
+
+
 def test_every_object_is_ours_and_in_the_target_namespace(variant: Variant) -> None:
     for doc in variant.docs:
         meta = doc["metadata"]
         assert meta["labels"]["app.kubernetes.io/name"] == "trainjob-status", doc["kind"]
         cluster_scoped = doc["kind"] in CLUSTER_SCOPED
         wanted = None if cluster_scoped else variant.namespace
+        if in_kube_system(doc):
+            wanted = "kube-system"
         assert meta.get("namespace") == wanted, (doc["kind"], meta["name"])
+    kube_system = [d for d in variant.docs if d["metadata"].get("namespace") == "kube-system"]
+    assert len(kube_system) == variant.progress_api
 
 
 def test_only_the_quick_start_creates_its_namespace(variant: Variant) -> None:
@@ -213,6 +267,8 @@ def references(docs: list[Doc]) -> Iterator[tuple[str, str]]:
             assert excluded["operator"] == "NotIn"
             assert excluded["values"][0] == "kube-system"
             yield f"{where} namespaceSelector", excluded["values"][1]
+        if doc["kind"] == "APIService":
+            yield f"{where} service", doc["spec"]["service"]["namespace"]
         inject = (doc["metadata"].get("annotations") or {}).get("cert-manager.io/inject-ca-from")
         if inject is not None:
             namespace, _, name = inject.partition("/")
@@ -261,12 +317,22 @@ def namespace_fields(node: Any) -> Iterator[str]:
 
 def test_changing_the_overlays_namespace_moves_everything() -> None:
     """A platform team's own overlay changes only the ``namespace:`` line: no object and
-    no reference keeps the old name."""
-    docs = render("kubeflow", "cert-manager", "token-review", "prometheus", namespace="ml-platform")
+    no reference keeps the old name, and the one object of kube-system stays there."""
+    docs = render(
+        "kubeflow",
+        "cert-manager",
+        "token-review",
+        "prometheus",
+        "progress-api",
+        namespace="ml-platform",
+    )
     found = dict(references(docs))
-    assert len(found) >= 6
+    assert len(found) >= 9
     assert dict.fromkeys(found, "ml-platform") == found
-    assert set(namespace_fields(docs)) == {"ml-platform"}
+    (binding,) = [d for d in docs if in_kube_system(d)]
+    assert binding["metadata"]["namespace"] == "kube-system"
+    assert set(namespace_fields([binding["subjects"]])) == {"ml-platform"}
+    assert set(namespace_fields([d for d in docs if not in_kube_system(d)])) == {"ml-platform"}
     text = yaml.safe_dump_all(docs)
     for old in (
         "kubeflow-system",
@@ -277,7 +343,7 @@ def test_changing_the_overlays_namespace_moves_everything() -> None:
 
 
 def test_the_kubeflow_overlay_carries_kubeflows_labels() -> None:
-    docs = render("kubeflow", "cert-manager", "token-review", "prometheus")
+    docs = render("kubeflow", "cert-manager", "token-review", "prometheus", "progress-api")
     for doc in docs:
         labels = doc["metadata"]["labels"]
         assert labels["app.kubernetes.io/part-of"] == "kubeflow", doc["kind"]
@@ -324,6 +390,23 @@ def test_each_switch_keeps_its_place_whichever_components_are_listed(overlay: st
             False,
         )
         assert config.metrics_secure is secure
+        assert config.progress_api_port is None
+
+
+@pytest.mark.parametrize("overlay", ["kubeflow", "quick-start"])
+def test_the_progress_api_flag_goes_last_whichever_components_are_listed(overlay: str) -> None:
+    """The one argument a component adds rather than switches: after every switch, in
+    any order of the components."""
+    fixed = server(render(overlay, "token-review", "cert-manager"))["args"]
+    for order in (
+        ("progress-api", "token-review", "cert-manager"),
+        ("token-review", "cert-manager", "progress-api"),
+    ):
+        args = server(render(overlay, *order))["args"]
+        assert args == [*fixed, f"--progress-api-port={PROGRESS_API_PORT}"]
+        config = from_args(build_parser().parse_args(["serve", *args]), environ={})
+        assert config.progress_api_port == PROGRESS_API_PORT
+        assert config.check() == []
 
 
 # The kubeflow overlay (secure metrics its own) and every other component: the rendering
@@ -339,12 +422,23 @@ EVERY_OTHER_COMPONENT = (
 
 
 def test_every_order_of_the_components_renders_the_same_bytes() -> None:
-    """All 720 orders, each rendered by kubectl kustomize: one output, byte for byte, so
-    that listing the components otherwise never rolls the Deployment out."""
-    orders = list(itertools.permutations(EVERY_OTHER_COMPONENT))
+    """All 720 orders of six components, each with the seventh (progress-api) at one of
+    its seven places in turn, each rendered by kubectl kustomize: one output, byte for
+    byte, so that listing the components otherwise never rolls the Deployment out. (All
+    5,040 orders of the seven would take seven times as long; progress-api still comes
+    before and after each other component, and at every place, in hundreds of them.)"""
+    orders = [
+        (*order[:i], "progress-api", *order[i:])
+        for n, order in enumerate(itertools.permutations(EVERY_OTHER_COMPONENT))
+        for i in [n % (len(order) + 1)]
+    ]
     with ThreadPoolExecutor(4) as pool:
         outputs = collections.Counter(pool.map(lambda o: render_text("kubeflow", o), orders))
     assert len(orders) == 720
+    assert {order.index("progress-api") for order in orders} == set(range(7))
+    for other in EVERY_OTHER_COMPONENT:
+        places = {order.index("progress-api") < order.index(other) for order in orders}
+        assert places == {True, False}, other
     assert len(outputs) == 1, list(outputs.values())
 
 
@@ -372,13 +466,20 @@ def test_rbac_is_exactly_what_the_server_needs(variant: Variant) -> None:
     }
     scraper = granted.pop(SCRAPER_ROLE, None)
     assert scraper == (SCRAPER_RULES if variant.secure else None)
+    reader = granted.pop(READER_ROLE, None)
+    assert reader == (READER_RULES if variant.progress_api else None)
     assert granted == expected_roles(variant.components, variant.secure)
     bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
-    assert len(bindings) == len(granted)
+    # With progress-api, one more: the Role Kubernetes defines in kube-system.
+    assert len(bindings) == len(granted) + variant.progress_api
     subject = {"kind": "ServiceAccount", "name": "trainjob-status", "namespace": variant.namespace}
     for binding in bindings:
         assert binding["subjects"] == [subject]
         role = (binding["roleRef"]["kind"], binding["roleRef"]["name"])
+        if role == AUTHENTICATION_READER:
+            assert variant.progress_api
+            assert binding["metadata"]["namespace"] == "kube-system"
+            continue
         assert role in granted
         # A Role is bound in its namespace; a ClusterRole cluster-wide.
         assert binding["kind"] == ("RoleBinding" if role[0] == "Role" else "ClusterRoleBinding")
@@ -421,10 +522,18 @@ def test_the_pod_is_hardened(docs: list[Doc]) -> None:
     assert {"/tmp", "/var/run/trainjob-status/tls"} <= mounts
 
 
-def test_probes_ports_and_service(docs: list[Doc]) -> None:
+def test_probes_ports_and_service(variant: Variant) -> None:
+    docs = variant.docs
     container = server(docs)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"status-server": 10443, "webhook": 9443, "metrics": 9090, "probes": 8081}
+    progress = {"progress-api": PROGRESS_API_PORT} if variant.progress_api else {}
+    assert ports == {
+        "status-server": 10443,
+        "webhook": 9443,
+        "metrics": 9090,
+        "probes": 8081,
+        **progress,
+    }
     # The ports the server listens on by default are the ones the container declares.
     defaults = Config()
     assert (defaults.port, defaults.webhook_port, defaults.metrics_port, defaults.probe_port) == (
@@ -441,6 +550,7 @@ def test_probes_ports_and_service(docs: list[Doc]) -> None:
         ("status-server", 10443, "status-server"),
         ("webhook", 9443, "webhook"),
         ("metrics", 9090, "metrics"),
+        *[(name, port, name) for name, port in progress.items()],
     ]
     labels = deployment(docs)["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= labels.items()
@@ -484,7 +594,8 @@ def test_the_webhook_never_blocks_a_pod(variant: Variant) -> None:
     assert set(excluded["values"]) == {"kube-system", variant.namespace}
 
 
-def test_disruption_budget_and_network_policy(docs: list[Doc]) -> None:
+def test_disruption_budget_and_network_policy(variant: Variant) -> None:
+    docs = variant.docs
     pdb = one(docs, "PodDisruptionBudget")
     # Never one that forbids every eviction: with a single replica a drain goes on.
     assert pdb["spec"]["maxUnavailable"] == 1
@@ -494,10 +605,14 @@ def test_disruption_budget_and_network_policy(docs: list[Doc]) -> None:
     assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": NS}
     assert policy["policyTypes"] == ["Ingress"]
     status_rule, metrics_rule = policy["ingress"]
+    # What the API server calls (the webhook, the aggregated API) is open to every source
+    # with the status port: the API server's address is not one a selector can name.
+    progress = [{"port": "progress-api", "protocol": "TCP"}] if variant.progress_api else []
     assert status_rule == {
         "ports": [
             {"port": "status-server", "protocol": "TCP"},
             {"port": "webhook", "protocol": "TCP"},
+            *progress,
         ]
     }
     assert metrics_rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
@@ -523,6 +638,8 @@ def test_bootstrap_mode_matches_the_code() -> None:
     ]
     assert certs.WebhookCABundle.__init__.__defaults__ == ("trainjob-status",)
     assert CORE_RULES[-1]["resourceNames"] == [injection.CA_CONFIGMAP]
+    # The APIService the bootstrap patches (app.py gives it resource.APISERVICE).
+    assert APISERVICE_CA_RULES[0]["resourceNames"] == [resource.APISERVICE]
 
 
 @pytest.mark.parametrize(
@@ -550,6 +667,10 @@ def test_the_cert_manager_component_replaces_the_bootstrap(variant: Variant) -> 
     }
     annotations = one(docs, "MutatingWebhookConfiguration")["metadata"]["annotations"]
     assert annotations["cert-manager.io/inject-ca-from"] == f"{variant.namespace}/trainjob-status"
+    if variant.progress_api:
+        # cainjector fills the APIService's caBundle from the same Certificate.
+        apiservice = one(docs, "APIService", resource.APISERVICE)["metadata"]
+        assert apiservice["annotations"] == annotations
     # Every other component's arguments stay.
     assert ("--token-review" in args) == ("token-review" in variant.components)
 
@@ -691,12 +812,22 @@ def test_the_token_secret_belongs_to_a_scraper_that_may_read_metrics_only(overla
     assert one(docs, "ClusterRole", SCRAPER_ROLE[1])["rules"] == SCRAPER_RULES
 
 
-@pytest.mark.parametrize("component", ["cert-manager", "token-review", "override-existing"])
+@pytest.mark.parametrize(
+    "component", ["cert-manager", "token-review", "override-existing", "progress-api"]
+)
 def test_the_other_components_leave_the_monitor_and_the_service_alone(component: str) -> None:
-    """So the orders above cover every component: these cannot change how it scrapes."""
+    """So the orders above cover every component: these cannot change how it scrapes
+    (progress-api adds a port to the Service, and nothing else)."""
     for overlay in ("quick-start", "kubeflow"):
         plain = _keyed(render(overlay, "prometheus", "metrics-token-secret"))
         added = _keyed(render(overlay, component, "prometheus", "metrics-token-secret"))
+        if component == "progress-api":
+            service = added[("Service", "trainjob-status")]
+            ports = [p for p in service["spec"]["ports"] if p["name"] != "progress-api"]
+            added[("Service", "trainjob-status")] = {
+                **service,
+                "spec": {**service["spec"], "ports": ports},
+            }
         for key in (("ServiceMonitor", "trainjob-status"), ("Service", "trainjob-status")):
             assert added[key] == plain[key], (overlay, component, key)
 
@@ -711,6 +842,63 @@ def test_the_monitors_ca_and_name_are_the_servers() -> None:
     assert one(managed, "Certificate")["spec"]["secretName"] == secret
     for namespace in (NS, "kubeflow-system"):
         assert tls["serverName"] in certs.dns_names("trainjob-status", namespace)
+
+
+def test_the_progress_api_component_registers_the_aggregated_api(variant: Variant) -> None:
+    """The APIService names the Service's port that reaches the server's
+    --progress-api-port, for the group and version the server serves; who fills its
+    caBundle follows the certificates; readers get a role aggregated into theirs."""
+    docs = variant.docs
+    args = server(docs)["args"]
+    flag = f"--progress-api-port={PROGRESS_API_PORT}"
+    if not variant.progress_api:
+        assert names(docs, "APIService") == set()
+        assert not any(a.startswith("--progress-api-port") for a in args)
+        return
+    assert args[-1] == flag
+    apiservice = one(docs, "APIService", resource.APISERVICE)
+    assert apiservice["apiVersion"] == "apiregistration.k8s.io/v1"
+    assert apiservice["spec"] == {
+        "group": resource.GROUP,
+        "version": resource.VERSION,
+        "service": {
+            "name": "trainjob-status",
+            "namespace": variant.namespace,
+            "port": PROGRESS_API_PORT,
+        },
+        "groupPriorityMinimum": 100,
+        "versionPriority": 100,
+    }
+    assert apiservice["metadata"]["name"] == f"{resource.VERSION}.{resource.GROUP}"
+    # No caBundle in the manifests (filled in on the cluster), never an unchecked one.
+    if "cert-manager" in variant.components:
+        assert apiservice["metadata"]["annotations"] == {
+            "cert-manager.io/inject-ca-from": f"{variant.namespace}/trainjob-status"
+        }
+    else:
+        assert "annotations" not in apiservice["metadata"]
+        assert "--cert-bootstrap" in args
+    # The Service's port reaches the flag's.
+    (port,) = [p for p in one(docs, "Service")["spec"]["ports"] if p["name"] == "progress-api"]
+    assert port["port"] == apiservice["spec"]["service"]["port"]
+    (target,) = [p for p in server(docs)["ports"] if p["name"] == port["targetPort"]]
+    assert target["containerPort"] == PROGRESS_API_PORT
+    # Readers: the role aggregated into the users' roles, bound to nobody here.
+    reader = one(docs, *READER_ROLE)
+    assert reader["metadata"]["labels"].items() >= AGGREGATED_INTO.items()
+    bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+    assert all(b["roleRef"]["name"] != READER_ROLE[1] for b in bindings)
+    # The front proxy's ConfigMap is the one the built-in Role reads.
+    binding = one(docs, "RoleBinding", AUTHENTICATION_BINDING)
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": AUTHENTICATION_READER[0],
+        "name": AUTHENTICATION_READER[1],
+    }
+    assert (
+        binding["metadata"]["namespace"],
+        "extension-apiserver-authentication",
+    ) == (frontproxy.CONFIGMAP_NAMESPACE, frontproxy.CONFIGMAP_NAME)
 
 
 def test_container_args_are_flags_the_server_takes(variant: Variant) -> None:

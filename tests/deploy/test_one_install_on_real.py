@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from trainjob_devcluster.harness.realcluster import RealCluster
+from trainjob_status_server.progress import resource
 
 from .chart import CHART, CI_VALUES, RELEASE, run_helm
 from .cluster import Held, Kubectl, existing
 from .rendering import OVERLAYS, TARGETS
+from .test_applied_for_real import written
 
 pytestmark = pytest.mark.kubectl
 
@@ -202,3 +204,36 @@ def test_a_second_install_after_helm_is_refused_and_the_first_uninstalls_cleanly
         kubectl("get", "mutatingwebhookconfiguration", "trainjob-status", "-o", "json").stdout
     )
     assert webhook["webhooks"][0]["clientConfig"]["service"]["namespace"] == "trainjob-status"
+
+
+def test_with_the_progress_api_a_second_install_is_refused_and_the_first_reapplies(
+    kubectl: Kubectl, real_cluster: RealCluster, tmp_path: Path
+) -> None:
+    """components/progress-api's objects are covered too: the cluster-scoped APIService
+    (its Service's namespace) and the RoleBinding in kube-system (its ServiceAccount's),
+    which belongs to the first install when it applies again."""
+    existing(real_cluster, kubectl, FIRST)
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    first = written("kubeflow", ("progress-api",), tmp_path / "first")
+    second = written("quick-start", ("progress-api",), tmp_path / "second")
+    code, errors = kustomize_into(kubectl, first)
+    assert (code, errors) == (0, [])
+    wait_until_refused(kubectl, FIRST)
+    before = kubectl.held()
+
+    code, errors = kustomize_into(kubectl, second)
+    assert_refused(code, errors, FIRST)
+    denied = {line.split(" is forbidden: ", 1)[0] for line in errors if "denied request" in line}
+    assert {
+        'Error from server (Forbidden): apiservices.apiregistration.k8s.io "'
+        + resource.APISERVICE
+        + '"',
+        'Error from server (Forbidden): rolebindings.rbac.authorization.k8s.io "'
+        + "trainjob-status-authentication-reader"
+        + '"',
+    } <= denied, denied
+    assert_unchanged(kubectl, before)
+
+    code, errors = kustomize_into(kubectl, first)
+    assert (code, errors) == (0, [])
