@@ -15,7 +15,10 @@ ROLE_FILES = [
     MANIFESTS / "base" / "rbac-certs.yaml",
     MANIFESTS / "components" / "token-review" / "rbac.yaml",
     MANIFESTS / "components" / "secure-metrics" / "rbac.yaml",
+    MANIFESTS / "components" / "progress-api" / "rbac.yaml",
 ]
+# Components that add rules to a role of the base (a JSON patch adding to its rules).
+ROLE_PATCHES = [MANIFESTS / "components" / "progress-api" / "kustomization.yaml"]
 
 
 def granted_rules() -> list[dict[str, Any]]:
@@ -24,6 +27,12 @@ def granted_rules() -> list[dict[str, Any]]:
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc["kind"] in ("Role", "ClusterRole"):
                 rules.extend(doc["rules"])
+    for path in ROLE_PATCHES:
+        for patch in yaml.safe_load(path.read_text())["patches"]:
+            if patch.get("target", {}).get("kind") in ("Role", "ClusterRole"):
+                ops = yaml.safe_load(patch["patch"])
+                rules.extend(op["value"] for op in ops if op["path"] == "/rules/-")
+    assert rules
     return rules
 
 
