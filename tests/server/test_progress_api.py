@@ -26,6 +26,7 @@ from trainjob_devcluster.harness.pytest_plugin import KubeAPI, MakeStatusServer,
 from trainjob_devcluster.harness.realcluster import RealCluster
 from trainjob_devcluster.harness.testing import eventually
 from trainjob_status_server.app import StatusServer
+from trainjob_status_server.certificates.certs import APISERVICE_RECHECK_SECONDS
 from trainjob_status_server.peers.batch import NEWEST_PATH
 from trainjob_status_server.peers.ring import Peer, ranked
 from trainjob_status_server.progress import frontproxy, resource
@@ -516,3 +517,33 @@ async def test_kubectl_explains_the_resource(
     assert f"KIND:       {resource.KIND}" in text
     assert f"VERSION:    {resource.VERSION}" in text
     assert "How complete training is, 0 to 100." in text
+
+
+@on_the_real_server
+async def test_an_apiservice_registered_after_the_start_gets_the_bundle_within_seconds(
+    kube_api: RealCluster,
+    certs: ServingCerts,
+    make_status_server: MakeStatusServer,
+    unused_tcp_port: int,
+    tmp_path: Path,
+) -> None:
+    """Applied after the server started (its bootstrap found none), the APIService is
+    looked for again every APISERVICE_RECHECK_SECONDS, not at the 5-minute check."""
+    kube_api.ensure_namespace(SERVER_NS)
+    minted = tmp_path / "minted"
+    async with make_status_server(
+        host="0.0.0.0",
+        progress_api_port=unused_tcp_port,
+        cert_bootstrap=True,
+        tls_cert_file=minted / "tls.crt",
+        tls_key_file=minted / "tls.key",
+    ):
+        register(kube_api, certs, machine_address(), unused_tcp_port)
+        try:
+            await soon(
+                lambda: available(kube_api),
+                "the APIService is Available",
+                APISERVICE_RECHECK_SECONDS * 3,
+            )
+        finally:
+            unregister(kube_api)

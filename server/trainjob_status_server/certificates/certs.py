@@ -91,17 +91,22 @@ class WebhookCABundle:
 
 class APIServiceCABundle:
     """Keeps ``spec.caBundle`` of the APIService ``name`` (the aggregated API's) equal
-    to the CA bundle, as the API server checks the port's certificate against it."""
+    to the CA bundle, as the API server checks the port's certificate against it. While
+    the APIService does not exist, ``missing`` is true: the bootstrap looks again every
+    ``APISERVICE_RECHECK_SECONDS``, not at its check interval, so one applied after the
+    server started is usable within seconds."""
 
     def __init__(self, kube: KubeClient, name: str) -> None:
         self.kube = kube
         self.name = name
+        self.missing = False
         self._missing_logged = False
 
     async def sync(self, ca_pem: bytes) -> bool:
         """Patch it when it differs; True when patched. An APIService that does not
         exist (not registered, or not yet) is not an error."""
         found = await self.kube.get(APISERVICES, None, self.name)
+        self.missing = found is None
         if found is None:
             if not self._missing_logged:
                 log.info("apiservice not found", extra={"apiservice": self.name})
@@ -118,6 +123,8 @@ class APIServiceCABundle:
 
 
 CABundleTarget = WebhookCABundle | APIServiceCABundle
+
+APISERVICE_RECHECK_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -199,6 +206,8 @@ class CertBootstrap:
             else:
                 # +-10%: replicas started together do not check together forever.
                 delay = self.settings.check_interval * (0.9 + 0.2 * self._rand())
+                if any(isinstance(t, APIServiceCABundle) and t.missing for t in self.targets):
+                    delay = min(delay, APISERVICE_RECHECK_SECONDS)
             await asyncio.sleep(delay)
             try:
                 await self.ensure()
