@@ -468,7 +468,7 @@ class StatusServer:
         )
         self.progress_api = ProgressAPI(
             self.kube,
-            self.budgets.metrics,
+            self.budgets.reads,
             self.trainjobs,
             self.exporter.view,
             tls,

@@ -1,4 +1,4 @@
-"""The server's Kubernetes API budgets: one connection, four token buckets.
+"""The server's Kubernetes API budgets: one connection, five token buckets.
 
 Who spends what (none can starve another, each has its own qps/burst flags):
 
@@ -9,6 +9,9 @@ Who spends what (none can starve another, each has its own qps/burst flags):
 - ``metrics`` (``--kube-metrics-*``, 1/4): a scraper's TokenReview and
   SubjectAccessReview under ``--metrics-secure``, which anyone who can reach the port
   can cause with a garbage token: apart, so that cannot delay a pod's first post;
+- ``reads`` (``--kube-reads-*``, 5/10): the aggregated API's SubjectAccessReviews, one
+  per reader, namespace and verb every 10 s; only the API server's front proxy can
+  cause them, for users it authenticated;
 - ``watch`` (``--kube-watch-*``, 2/10): the caches' lists and watches, the certificate
   bootstrap and CA distribution, none of which any request can cause.
 
@@ -39,6 +42,7 @@ class Budgets:
     writes: KubeClient
     auth: KubeClient
     metrics: KubeClient
+    reads: KubeClient
 
     @classmethod
     def for_config(cls, config: Config) -> Budgets:
@@ -63,5 +67,8 @@ class Budgets:
                 qps=config.kube_metrics_qps,
                 burst=config.kube_metrics_burst,
                 max_wait=deadline,
+            ),
+            reads=watch.lane(
+                "reads", qps=config.kube_reads_qps, burst=config.kube_reads_burst, max_wait=deadline
             ),
         )

@@ -47,6 +47,8 @@ class Config:
     kube_watch_burst: int = 10
     kube_metrics_qps: float = 1.0
     kube_metrics_burst: int = 4
+    kube_reads_qps: float = 5.0
+    kube_reads_burst: int = 10
     read_timeout: float = 10.0
     first_request_timeout: float = 5.0
     idle_timeout: float = 120.0
@@ -162,7 +164,7 @@ class Config:
             problems.append("--metrics-secure needs the serving certificate: not --insecure-http")
         if self.metrics_auth_cache_ttl < 0:
             problems.append("--metrics-auth-cache-ttl must be >= 0")
-        for budget in ("api", "auth", "watch", "metrics"):
+        for budget in ("api", "auth", "watch", "metrics", "reads"):
             qps, burst = getattr(self, f"kube_{budget}_qps"), getattr(self, f"kube_{budget}_burst")
             if qps <= 0 or burst < 1:
                 problems.append(f"--kube-{budget}-qps must be > 0 and --kube-{budget}-burst >= 1")
@@ -320,11 +322,17 @@ _FLAGS = (
         "kube_metrics_qps",
         float,
         "Kubernetes API requests per second for the metrics port's TokenReviews and"
-        " SubjectAccessReviews (--metrics-secure) and the aggregated API's"
-        " SubjectAccessReviews: a budget of their own, so scrapers, or strangers with"
-        " garbage tokens, cannot delay the posts' token checks",
+        " SubjectAccessReviews (--metrics-secure): a budget of their own, so scrapers, or"
+        " strangers with garbage tokens, cannot delay the posts' token checks",
     ),
     _Flag("kube_metrics_burst", int, "burst of the metrics-review API budget"),
+    _Flag(
+        "kube_reads_qps",
+        float,
+        "Kubernetes API requests per second for the aggregated API's SubjectAccessReviews"
+        " (--progress-api-port): one per reader, namespace and verb every 10 s",
+    ),
+    _Flag("kube_reads_burst", int, "burst of the aggregated API's review budget"),
     _Flag(
         "read_timeout",
         float,

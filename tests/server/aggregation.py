@@ -60,6 +60,12 @@ def register(kube_api: RealCluster, certs: ServingCerts, address: str, port: int
             "ports": [{"name": "progress-api", "port": port, "protocol": "TCP"}],
         },
     )
+    add_apiservice(kube_api, certs)
+
+
+def add_apiservice(kube_api: RealCluster, certs: ServingCerts) -> None:
+    """The APIService alone, for the Service ``register`` made (again after
+    ``unregister``)."""
     kube_api.call(
         "POST",
         APISERVICES,
@@ -70,7 +76,11 @@ def register(kube_api: RealCluster, certs: ServingCerts, address: str, port: int
             "spec": {
                 "group": resource.GROUP,
                 "version": resource.VERSION,
-                "service": {"namespace": SERVER_NS, "name": name, "port": SERVICE_PORT},
+                "service": {
+                    "namespace": SERVER_NS,
+                    "name": Config.service_name,
+                    "port": SERVICE_PORT,
+                },
                 "caBundle": base64.b64encode(certs.ca.cert_pem).decode(),
                 "groupPriorityMinimum": 100,
                 "versionPriority": 100,

@@ -37,6 +37,7 @@ from .aggregation import (
     APISERVICES,
     PROGRESS,
     TABLE,
+    add_apiservice,
     available,
     register,
     soon,
@@ -315,14 +316,14 @@ async def test_a_read_the_api_server_cannot_authorize_is_unavailable(
     unused_tcp_port: int,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Reviews spend the metrics budget: one spent, a read with no verdict kept is a
+    """Reviews spend the reads budget: one spent, a read with no verdict kept is a
     503, never an answer without the check."""
     address = machine_address()
     async with make_status_server(
         host="0.0.0.0",
         progress_api_port=unused_tcp_port,
-        kube_metrics_qps=0.001,
-        kube_metrics_burst=1,
+        kube_reads_qps=0.001,
+        kube_reads_burst=1,
     ):
         register(kube_api, certs, address, unused_tcp_port)
         try:
@@ -544,6 +545,89 @@ async def test_an_apiservice_registered_after_the_start_gets_the_bundle_within_s
                 lambda: available(kube_api),
                 "the APIService is Available",
                 APISERVICE_RECHECK_SECONDS * 3,
+            )
+        finally:
+            unregister(kube_api)
+
+
+@on_the_real_server
+async def test_one_review_covers_a_namespace_and_a_user_limited_to_names_gets_those(
+    kube_api: RealCluster,
+    certs: ServingCerts,
+    make_status_server: MakeStatusServer,
+    unused_tcp_port: int,
+) -> None:
+    """A get is first asked for the whole namespace: with a budget of one review, the
+    admin reads any TrainJob there (a missing one is a 404, after the check). Carol may
+    get one TrainJob by name (RBAC resourceNames): she reads it, and no other."""
+    kube_api.create_trainjob(NS, "llama")
+    kube_api.create_trainjob(NS, "mistral")
+    address = machine_address()
+    async with make_status_server(
+        host="0.0.0.0",
+        progress_api_port=unused_tcp_port,
+        kube_reads_qps=0.001,
+        kube_reads_burst=1,
+    ) as server:
+        register(kube_api, certs, address, unused_tcp_port)
+        try:
+            await soon(lambda: available(kube_api), "the APIService is Available", 30)
+            for name in ("llama", "mistral"):
+                await post(server, certs, name, update(42, 2))
+            for name in ("llama", "mistral"):
+                assert (await through_api_server(kube_api, f"{PROGRESS}/{name}"))[0] == 200
+            assert (await through_api_server(kube_api, f"{PROGRESS}/gone"))[0] == 404
+        finally:
+            unregister(kube_api)
+
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}"
+    kube_api.call(
+        "POST",
+        f"{rbac}/roles",
+        {
+            "metadata": {"name": "llama-only"},
+            "rules": [
+                {
+                    "apiGroups": [resource.GROUP],
+                    "resources": [resource.RESOURCE],
+                    "verbs": ["get"],
+                },
+                {
+                    "apiGroups": ["trainer.kubeflow.org"],
+                    "resources": ["trainjobs"],
+                    "resourceNames": ["llama"],
+                    "verbs": ["get"],
+                },
+            ],
+        },
+    )
+    kube_api.call(
+        "POST",
+        f"{rbac}/rolebindings",
+        {
+            "metadata": {"name": "carol-llama"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "llama-only",
+            },
+            "subjects": [
+                {"kind": "User", "name": "carol", "apiGroup": "rbac.authorization.k8s.io"}
+            ],
+        },
+    )
+    async with make_status_server(host="0.0.0.0", progress_api_port=unused_tcp_port) as server:
+        add_apiservice(kube_api, certs)
+        try:
+            await soon(lambda: available(kube_api), "the APIService is Available", 30)
+            for name in ("llama", "mistral"):
+                await post(server, certs, name, update(43, 3))
+            code, body = await through_api_server(kube_api, f"{PROGRESS}/llama", user="carol")
+            assert (code, body["trainerStatus"]["progressPercentage"]) == (200, 43)
+            code, body = await through_api_server(kube_api, f"{PROGRESS}/mistral", user="carol")
+            assert code == 403
+            assert body["message"].startswith(
+                f'{resource.QUALIFIED} "mistral" is forbidden: User "carol" cannot get'
             )
         finally:
             unregister(kube_api)

@@ -10,8 +10,9 @@ allows, and the user is the one its ``X-Remote-*`` headers name. Anything else i
 What they may read: the API server has authorized the request on
 ``trainjobprogresses``; a read also needs ``get`` (``list`` for a list) on the TrainJobs
 themselves, asked by SubjectAccessReview and kept ``ACCESS_TTL`` seconds per user,
-namespace, name and verb (the ``metrics`` API budget). Discovery is public, as
-``system:discovery`` makes it on the API server.
+namespace, name and verb (the ``reads`` API budget, ``--kube-reads-qps``; a get is
+asked for the whole namespace first, so one review covers all its TrainJobs).
+Discovery is public, as ``system:discovery`` makes it on the API server.
 
 With several replicas, each TrainJob's updates are held by the replica that writes it
 (``peers/forwarding.py``): a read asks the others for what they hold (a get, the
@@ -111,13 +112,13 @@ def _forbidden(user: User, read: Read, reason: str) -> web.Response:
     return _status(403, "Forbidden", message)
 
 
-def access_review(user: User, read: Read) -> dict[str, Any]:
-    """The SubjectAccessReview asking whether ``user`` may read the TrainJobs ``read``
-    reads (pure)."""
+def access_review(user: User, read: Read, verb: str) -> dict[str, Any]:
+    """The SubjectAccessReview asking whether ``user`` may ``verb`` the TrainJobs
+    ``read`` names (pure)."""
     attributes: dict[str, str] = {
         "group": resource.TRAINJOB_GROUP,
         "resource": resource.TRAINJOB_RESOURCE,
-        "verb": read.verb,
+        "verb": verb,
     }
     if read.namespace is not None:
         attributes["namespace"] = read.namespace
@@ -292,15 +293,24 @@ class ProgressAPI:
 
     async def _verdict(self, user: User, read: Read) -> Verdict | None:
         """Whether ``user`` may read the TrainJobs of ``read``; None when the API server
-        cannot say."""
+        cannot say. A get is first asked for the whole namespace, as RBAC grants it
+        most often: one review then covers every TrainJob there (per TTL), and only a
+        user limited to some names costs a review per name."""
+        if read.name is not None:
+            wide = await self._review(user, Read(read.namespace, None), read.verb)
+            if wide is None or wide.allowed:
+                return wide
+        return await self._review(user, read, read.verb)
+
+    async def _review(self, user: User, read: Read, verb: str) -> Verdict | None:
         who = hashlib.sha256(json.dumps(user.review_fields(), sort_keys=True).encode()).digest()
-        key = (who, f"{read.namespace or ''}/{read.name or ''}", read.verb)
+        key = (who, f"{read.namespace or ''}/{read.name or ''}", verb)
         cached = self.verdicts.get(key)
         if cached is not None:
             return cached
         try:
             answer = await self.reviews.request_json(
-                "POST", SUBJECTACCESSREVIEWS_PATH, body=access_review(user, read)
+                "POST", SUBJECTACCESSREVIEWS_PATH, body=access_review(user, read, verb)
             )
         except (KubeBudgetExhausted, KubeError, KubeUnavailable) as exc:
             status = exc.status if isinstance(exc, KubeError) else None
