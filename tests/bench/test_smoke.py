@@ -30,6 +30,7 @@ from trainjob_devcluster.harness.pytest_plugin import require_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 NUMBER = r"[\d,]+(?:\.\d+)?"
+SECONDS = rf"(?:{NUMBER} s|> cap)"  # a quantile that reaches a sample never seen: > cap
 AT_ONCE = 3
 
 
@@ -266,6 +267,20 @@ BENCHES = [
         ),
         binaries=("taskset", "unshare"),
         trainer=True,
+        real=True,
+    ),
+    Bench(
+        "fresh_reads",
+        tuple(
+            rf"^{replicas}\s+3 TJ  posts {NUMBER} \({NUMBER} failed.*\)"
+            rf"  fresh read p50 {SECONDS} p99 {SECONDS} \(n={NUMBER}, unseen {NUMBER}.*\)"
+            rf"  gauge p50 {SECONDS} p99 {SECONDS} \(n={NUMBER}, unseen {NUMBER}; "
+            rf"scrapes {NUMBER} \({NUMBER} failed\), exported by 2\+ replicas: {NUMBER} TJ at "
+            rf"most, in {NUMBER}\)  status writes/TJ/min {NUMBER}"
+            rf"  stored p50 {SECONDS} p99 {SECONDS} \(n={NUMBER}, unseen {NUMBER}\)"
+            for replicas in ("1 replica", "3 replicas")
+        ),
+        binaries=("taskset",),
         real=True,
     ),
     Bench(
