@@ -32,9 +32,9 @@ shows it (or a newer update), waiting after the window as ``trainer_side_by_side
 ``--settle`` s); and the status writes kube-apiserver received during the window
 (``apiserver_request_total``), per TrainJob and minute.
 
-A GET by name is authorized by a SubjectAccessReview that each replica keeps 10 s per
-user and TrainJob, paid from its ``--kube-metrics-qps`` budget (1 a second by default):
-GETs of many TrainJobs wait for it, or are answered 503 when the wait would pass
+A GET by name is authorized by a SubjectAccessReview of the whole namespace that each
+replica keeps 10 s per user, paid from its ``--kube-reads-qps`` budget; were it spent,
+reads would wait for it, or be answered 503 when the wait would pass
 ``--kube-api-timeout``. A follow keeps polling through those; the answers other than 200
 are counted. ``--server-flag`` gives every replica a flag (a larger budget, say, to
 measure freshness alone).
