@@ -17,6 +17,9 @@ from prometheus_client import REGISTRY
 
 from trainjob_devcluster.harness.acceptall import AcceptAll
 from trainjob_devcluster.harness.pytest_plugin import KubeAPI
+from trainjob_devcluster.harness.realcluster import RealCluster
+from trainjob_status_server.auth import AuthSettings, TokenAuthenticator
+from trainjob_status_server.auth.claims import PEER_AUDIENCE
 from trainjob_status_server.config import Config
 from trainjob_status_server.running import serve_until_signalled
 
@@ -136,3 +139,55 @@ def machine_address() -> str:
     if address.startswith("127."):
         pytest.fail("this machine has no address but loopback: an endpoint needs one")
     return address
+
+
+# The defaults' ServiceAccount: the replicas' peer tokens are its.
+SERVER_SA = Config.service_account
+
+
+def server_account(kube_api: RealCluster) -> None:
+    kube_api.ensure_namespace(SERVER_NS)
+    if kube_api.get("serviceaccounts", SERVER_NS, SERVER_SA) is None:
+        kube_api.create("serviceaccounts", {"metadata": {"name": SERVER_SA}}, SERVER_NS)
+
+
+def token_file(
+    kube_api: RealCluster,
+    folder: Path,
+    *,
+    account: str = SERVER_SA,
+    audiences: tuple[str, ...] = (PEER_AUDIENCE,),
+) -> Path:
+    """A token as the Deployment's projected volume holds it."""
+    path = folder / f"{account}-{len(list(folder.glob('*.token')))}.token"
+    path.write_text(kube_api.request_token(SERVER_NS, account, list(audiences)))
+    return path
+
+
+def endpoint_slice(kube_api: RealCluster, name: str, address: str, port: int) -> None:
+    """One replica's endpoint, ready, as the EndpointSlice controller lists it."""
+    kube_api.call(
+        "POST",
+        f"/apis/discovery.k8s.io/v1/namespaces/{SERVER_NS}/endpointslices",
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "kubernetes.io/service-name": Config.service_name,
+                    "endpointslice.kubernetes.io/managed-by": "tests.trainjob-status",
+                },
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+            "ports": [{"name": "status-server", "port": port, "protocol": "TCP"}],
+        },
+    )
+
+
+def checking_tokens(kube_api: RealCluster, *, token_review: bool = False) -> TokenAuthenticator:
+    """Token authentication as deployed: it checks a replica's token too."""
+    return TokenAuthenticator(
+        AuthSettings(issuer=kube_api.issuer, own_token_path=None, token_review=token_review)
+    )

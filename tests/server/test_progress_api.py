@@ -45,8 +45,14 @@ from .aggregation import (
     unregister,
 )
 from .conftest import NS, ServingCerts, status_path
-from .replicas import SERVER_NS, machine_address
-from .test_handover import checking_tokens, endpoint_slice, server_account, token_file
+from .replicas import (
+    SERVER_NS,
+    checking_tokens,
+    endpoint_slice,
+    machine_address,
+    server_account,
+    token_file,
+)
 
 on_the_real_server = pytest.mark.parametrize("kube_api", ["real"], indirect=True)
 
