@@ -16,6 +16,7 @@ import pytest
 
 from trainjob_devcluster.common.status import ApiError
 from trainjob_devcluster.harness.controlplane import (
+    FRONT_PROXY_NAME,
     PORT_ATTEMPTS,
     ApiserverFiles,
     AssetsMissing,
@@ -65,7 +66,7 @@ def test_assets_folder_without_the_binaries_names_what_is_missing(tmp_path: Path
 
 
 def test_apiserver_flags_are_rbac_with_our_issuer_and_static_admin(tmp_path: Path) -> None:
-    files = ApiserverFiles(*(tmp_path / name for name in "abcdef"))
+    files = ApiserverFiles(*(tmp_path / name for name in "abcdefghi"))
     args = apiserver_args(files, 6443, 2379, "https://issuer.example")
     assert "--authorization-mode=Node,RBAC" in args
     assert "--service-account-issuer=https://issuer.example" in args
@@ -74,6 +75,18 @@ def test_apiserver_flags_are_rbac_with_our_issuer_and_static_admin(tmp_path: Pat
     assert "--etcd-servers=http://127.0.0.1:2379" in args
     assert "--bind-address=127.0.0.1" in args
     assert "--service-account-jwks-uri=https://127.0.0.1:6443/openid/v1/jwks" in args
+
+
+def test_apiserver_flags_turn_the_aggregation_layer_on(tmp_path: Path) -> None:
+    """A front proxy of its own CA, and APIServices reached at their endpoints."""
+    files = ApiserverFiles(*(tmp_path / name for name in "abcdefghi"))
+    args = apiserver_args(files, 6443, 2379, "https://issuer.example")
+    assert f"--requestheader-client-ca-file={tmp_path / 'g'}" in args
+    assert f"--proxy-client-cert-file={tmp_path / 'h'}" in args
+    assert f"--proxy-client-key-file={tmp_path / 'i'}" in args
+    assert f"--requestheader-allowed-names={FRONT_PROXY_NAME}" in args
+    assert "--requestheader-username-headers=X-Remote-User" in args
+    assert "--enable-aggregator-routing=true" in args
 
 
 def test_etcd_listens_on_loopback_only(tmp_path: Path) -> None:
