@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+import random
+import socket
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -20,6 +22,42 @@ __all__ = ["GROUP", "NS", "Poster", "ServingCerts", "settled", "status_path", "w
 
 NS = "team-a"
 GROUP = "trainer.kubeflow.org"
+
+
+# Ports a test names before its server binds them are taken from below the kernel's
+# ephemeral range (32768 and up on Linux): a port chosen from that range can be handed,
+# between its choice and its use, to a server binding port 0 or to an outgoing
+# connection, and the server that names it then cannot start. Above the fixed ports the
+# deployment tests use (8081 to 10443).
+FIXED_PORTS = range(20000, 32768)
+
+
+def _free_fixed_port(taken: set[int]) -> int:
+    for _ in range(1000):
+        port = random.choice(FIXED_PORTS)
+        if port in taken:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        taken.add(port)
+        return port
+    raise RuntimeError("no free port below the ephemeral range")
+
+
+@pytest.fixture
+def unused_tcp_port_factory() -> Callable[[], int]:
+    """A free port each call, never the same twice in a test, outside the ephemeral
+    range (``FIXED_PORTS``)."""
+    taken: set[int] = set()
+    return lambda: _free_fixed_port(taken)
+
+
+@pytest.fixture
+def unused_tcp_port(unused_tcp_port_factory: Callable[[], int]) -> int:
+    return unused_tcp_port_factory()
 
 
 @pytest.fixture
