@@ -97,18 +97,6 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def machine_address() -> str | None:
-    """This machine's address on its default route (no packet is sent), None where it has
-    none but loopback: what an endpoint others reach it at must name."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("10.255.255.255", 9))
-            address = str(probe.getsockname()[0])
-        except OSError:
-            return None
-    return None if address.startswith("127.") else address
-
-
 def wait_port(port: int, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

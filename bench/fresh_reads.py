@@ -69,7 +69,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import LOAD_CPU, SERVER_CPU, loadavg, machine_address, parse_args, percentile, pin
+from _harness import LOAD_CPU, SERVER_CPU, loadavg, parse_args, percentile, pin
 from trainer_side_by_side import (
     NS,
     START,
@@ -86,7 +86,7 @@ from trainer_side_by_side import (
 from trainjob_devcluster.harness.controlplane import AssetsMissing, ControlPlane, find_assets
 from trainjob_devcluster.harness.kubeflow_trainer import ChildProcess, http_ready
 from trainjob_devcluster.harness.realcluster import RealCluster
-from trainjob_devcluster.harness.testing import ServingCerts, free_port
+from trainjob_devcluster.harness.testing import ServingCerts, free_port, machine_address
 from trainjob_status_server.auth.claims import PEER_AUDIENCE
 from trainjob_status_server.config import Config
 from trainjob_status_server.metrics.series import LAST_UPDATE

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ import pytest
 
 from trainjob_devcluster.harness.pytest_plugin import require_binary
 from trainjob_devcluster.harness.realcluster import RealCluster
+from trainjob_devcluster.harness.testing import machine_address
 from trainjob_status.contract import GROUP
 from trainjob_status_server.progress import resource
 
@@ -64,20 +64,6 @@ TRAINJOB_VIEWER = {
         }
     ],
 }
-
-
-def machine_address() -> str:
-    """This machine's address on its default route (no packet is sent), as
-    tests/server/replicas.py finds it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("10.255.255.255", 9))
-            address = str(probe.getsockname()[0])
-        except OSError:
-            address = "127.0.0.1"
-    if address.startswith("127."):
-        pytest.fail("this machine has no address but loopback: an endpoint needs one")
-    return address
 
 
 def endpoints(cluster: RealCluster, service: Doc, container: Container, address: str) -> None:
@@ -212,7 +198,10 @@ async def test_viewers_read_progress_through_the_api_server(
     # The rehearsal's loader knows no APIServices (the devcluster serves none): as kubectl
     # apply would create it.
     real_cluster.call("POST", APISERVICES, apiservice)
-    endpoints(real_cluster, one(docs, "Service"), container, machine_address())
+    address = machine_address()
+    if address is None:
+        pytest.fail("this machine has no address but loopback: an endpoint needs one")
+    endpoints(real_cluster, one(docs, "Service"), container, address)
     real_cluster.create_trainjob(TEAM, JOB)
     real_cluster.ensure_namespace(OTHER_TEAM)
     real_cluster.create("clusterroles", TRAINJOB_VIEWER, group=RBAC)

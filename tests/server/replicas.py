@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 import pytest_asyncio
 from prometheus_client import REGISTRY
 
+from trainjob_devcluster.harness import testing
 from trainjob_devcluster.harness.acceptall import AcceptAll
 from trainjob_devcluster.harness.pytest_plugin import KubeAPI
 from trainjob_devcluster.harness.realcluster import RealCluster
@@ -129,14 +129,9 @@ async def post(session: aiohttp.ClientSession, url: str, name: str, body: bytes)
 
 
 def machine_address() -> str:
-    """This machine's address on its default route (no packet is sent)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("10.255.255.255", 9))
-            address = str(probe.getsockname()[0])
-        except OSError:
-            address = "127.0.0.1"
-    if address.startswith("127."):
+    """This machine's address on its default route: an endpoint needs one."""
+    address = testing.machine_address()
+    if address is None:
         pytest.fail("this machine has no address but loopback: an endpoint needs one")
     return address
 

@@ -70,6 +70,21 @@ def update(progress: int, second: int, eta: int = 60) -> bytes:
     ).encode()
 
 
+def grant(kube_api: RealCluster, user: str, role: str, rules: list[dict[str, Any]]) -> None:
+    """A Role ``role`` in NS with ``rules``, bound to ``user``."""
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}"
+    kube_api.call("POST", f"{rbac}/roles", {"metadata": {"name": role}, "rules": rules})
+    kube_api.call(
+        "POST",
+        f"{rbac}/rolebindings",
+        {
+            "metadata": {"name": f"{user}-{role}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
+        },
+    )
+
+
 @pytest_asyncio.fixture
 async def progress_server(
     kube_api: RealCluster,
@@ -206,35 +221,17 @@ async def test_a_user_who_may_not_read_the_trainjob_is_refused(
     kube_api.create_trainjob(NS, "llama")
     await post(progress_server, certs, "llama", update(42, 2))
     # Alice may read progress, which the API server checks, but no TrainJob.
-    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}"
-    kube_api.call(
-        "POST",
-        f"{rbac}/roles",
-        {
-            "metadata": {"name": "progress-reader"},
-            "rules": [
-                {
-                    "apiGroups": [resource.GROUP],
-                    "resources": [resource.RESOURCE],
-                    "verbs": ["get", "list"],
-                }
-            ],
-        },
-    )
-    kube_api.call(
-        "POST",
-        f"{rbac}/rolebindings",
-        {
-            "metadata": {"name": "alice-progress"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "progress-reader",
-            },
-            "subjects": [
-                {"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}
-            ],
-        },
+    grant(
+        kube_api,
+        "alice",
+        "progress-reader",
+        [
+            {
+                "apiGroups": [resource.GROUP],
+                "resources": [resource.RESOURCE],
+                "verbs": ["get", "list"],
+            }
+        ],
     )
     code, refused = await through_api_server(kube_api, f"{PROGRESS}/llama", user="alice")
     assert code == 403
@@ -586,41 +583,23 @@ async def test_one_review_covers_a_namespace_and_a_user_limited_to_names_gets_th
         finally:
             unregister(kube_api)
 
-    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}"
-    kube_api.call(
-        "POST",
-        f"{rbac}/roles",
-        {
-            "metadata": {"name": "llama-only"},
-            "rules": [
-                {
-                    "apiGroups": [resource.GROUP],
-                    "resources": [resource.RESOURCE],
-                    "verbs": ["get"],
-                },
-                {
-                    "apiGroups": ["trainer.kubeflow.org"],
-                    "resources": ["trainjobs"],
-                    "resourceNames": ["llama"],
-                    "verbs": ["get"],
-                },
-            ],
-        },
-    )
-    kube_api.call(
-        "POST",
-        f"{rbac}/rolebindings",
-        {
-            "metadata": {"name": "carol-llama"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "llama-only",
+    grant(
+        kube_api,
+        "carol",
+        "llama-only",
+        [
+            {
+                "apiGroups": [resource.GROUP],
+                "resources": [resource.RESOURCE],
+                "verbs": ["get"],
             },
-            "subjects": [
-                {"kind": "User", "name": "carol", "apiGroup": "rbac.authorization.k8s.io"}
-            ],
-        },
+            {
+                "apiGroups": ["trainer.kubeflow.org"],
+                "resources": ["trainjobs"],
+                "resourceNames": ["llama"],
+                "verbs": ["get"],
+            },
+        ],
     )
     async with make_status_server(host="0.0.0.0", progress_api_port=unused_tcp_port) as server:
         add_apiservice(kube_api, certs)

@@ -226,3 +226,16 @@ class BackgroundStack:
     def _stop_loop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+
+
+def machine_address() -> str | None:
+    """This machine's address on its default route (no packet is sent), None where it has
+    none but loopback: what an endpoint others reach it at must name (kube-apiserver
+    refuses loopback endpoints)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 9))
+            address = str(probe.getsockname()[0])
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
