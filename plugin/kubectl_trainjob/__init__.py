@@ -25,6 +25,7 @@ KubeClient (``trainjob_status_server.kube``, the one Kubernetes client of the pr
 which this package drives.
 
 Modules: ``rows`` (the figures of one TrainJob, their formatting and order, pure),
+``formats`` (durations, numbers and stamps as the server writes and reads them, pure),
 ``terminal`` (cluster strings made safe to print, pure), ``output`` (table, JSON, YAML;
 redraws; messages), ``follow`` (list, watch, relist, and whether the rows are current),
 ``fresh`` (the newest updates from the aggregated API, and what to say when it cannot be

@@ -10,10 +10,9 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from trainjob_status_server.go_text import human_duration
 from trainjob_status_server.kube.resources import Obj, key_of
-from trainjob_status_server.metrics.series import parse_number, parse_time
 
+from .formats import human_duration, parse_number, parse_time
 from .terminal import printable
 
 BAR_WIDTH = 20
