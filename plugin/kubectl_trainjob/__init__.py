@@ -20,16 +20,17 @@ seconds (in place on a terminal, once more per change when piped); when the API 
 stops answering, the reason goes to stderr once, the rows are marked stale, and a fresh
 list clears the mark as soon as it answers again. ``-o json|yaml`` prints the same
 figures for scripts (with ``-w``, one document per change). The figures are formatted
-by pure functions; the I/O is the follower, the progress reads and the server's
-KubeClient (``trainjob_status_server.kube``, the one Kubernetes client of the project),
-which this package drives.
+by pure functions; the I/O is the follower, the progress reads and a small Kubernetes
+client of the package's own on kubernetes-asyncio: the plugin installs without the
+status server.
 
 Modules: ``rows`` (the figures of one TrainJob, their formatting and order, pure),
 ``formats`` (durations, numbers and stamps as the server writes and reads them, pure),
 ``terminal`` (cluster strings made safe to print, pure), ``output`` (table, JSON, YAML;
 redraws; messages), ``follow`` (list, watch, relist, and whether the rows are current),
 ``fresh`` (the newest updates from the aggregated API, and what to say when it cannot be
-read), ``command`` (flags, kubeconfig), ``version``.
+read), ``kube`` (the kubeconfig, a list, a watch, a GET; what a failure says),
+``command`` (flags, the kubeconfig's file), ``version``.
 """
 
 from .command import build_parser, main

@@ -9,49 +9,40 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TextIO, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import TextIO, TypeVar
 
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 from rich.live import Live
 
-from trainjob_status_server.kube.client import KubeClient, ObjectList
-from trainjob_status_server.kube.errors import KubeConfigError, KubeError, KubeUnavailable
-from trainjob_status_server.kube.resources import TRAINJOBS, Key, Obj, key_of
-from trainjob_status_server.kube.store import CacheEvent
-
-from .follow import Follower, one_line, reason_of
+from .follow import Change, Follower, reason_of
 from .fresh import PROGRESSES, Freshness, changed_rows
 from .fresh import REFRESH_SECONDS as FRESH_SECONDS
+from .kube import (
+    TRAINJOBS,
+    USER_AGENT,
+    Key,
+    KubeClient,
+    KubeConfigError,
+    KubeError,
+    KubeUnavailable,
+    Obj,
+    ObjectList,
+    key_of,
+    load_config,
+    one_line,
+)
 from .output import View, selected
 from .rows import SORT_KEYS, Row, row_of, sort_key
 from .terminal import printable
 from .version import __version__
 
 REFRESH_SECONDS = 1.0  # a terminal table redraws this often so the ages move on
-USER_AGENT = "kubectl-trainjob"
 T = TypeVar("T")
-
-
-class UserKubeClient(KubeClient):
-    """A KubeClient from a kubeconfig context (KubeClient itself reads the current
-    context, or the pod's service account when given no file)."""
-
-    def __init__(self, configuration: Any) -> None:
-        super().__init__(None, qps=50.0, burst=100, timeout=30.0, connect_timeout=10.0)
-        self.configuration = configuration
-
-    async def start(self) -> KubeClient:
-        api = k8s_client.ApiClient(self.configuration)
-        api.user_agent = USER_AGENT
-        self._api = api
-        return self
 
 
 def not_found(name: str) -> str:
     """What ``kubectl get`` says of a name that is not there."""
-    return f'Error from server (NotFound): {TRAINJOBS.plural}.{TRAINJOBS.group} "{name}" not found'
+    return f'Error from server (NotFound): {TRAINJOBS.qualified} "{name}" not found'
 
 
 def missing_kubeconfig(kubeconfig: str | None) -> str | None:
@@ -76,43 +67,11 @@ def kubeconfig_file(flag: str | None, environ: Mapping[str, str]) -> str | None:
     return default
 
 
-async def load_user_config(kubeconfig: str | None, context: str | None) -> tuple[Any, str]:
-    """(client configuration, the context's namespace or ``default``) from a kubeconfig
-    (``kubeconfig_file``), or from the pod's service account when it is None."""
-    configuration = k8s_client.Configuration()
-    try:
-        if kubeconfig is None:
-            incluster: Callable[..., None] = k8s_config.load_incluster_config
-            incluster(client_configuration=configuration)
-            return configuration, _incluster_namespace()
-        loader = await k8s_config.load_kube_config(
-            config_file=kubeconfig,
-            context=context,
-            client_configuration=configuration,
-            persist_config=False,
-        )
-    except Exception as exc:
-        # The loaders raise whatever a bad file leads to (ConfigException, OSError, ...).
-        raise KubeConfigError(f"cannot load kubeconfig: {exc}") from exc
-    current = loader.current_context or {}
-    namespace = (current.get("context") or {}).get("namespace") or "default"
-    return configuration, str(namespace)
-
-
-def _incluster_namespace() -> str:
-    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-    try:
-        with open(path) as file:
-            return file.read().strip() or "default"
-    except OSError:
-        return "default"
-
-
 async def progress(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    configuration, context_namespace = await load_user_config(args.kubeconfig_file, args.context)
+    configuration, context_namespace = await load_config(args.kubeconfig_file, args.context)
     namespace = None if args.all_namespaces else (args.namespace or context_namespace)
     view = View(args, out, time.time, err)
-    async with UserKubeClient(configuration) as client:
+    async with KubeClient(configuration) as client:
         # With -w too: a refusal (RBAC, no such resource, a bad selector) ends the
         # command at once with the API's message; later failures are retried.
         listed = await client.list(TRAINJOBS, namespace=namespace, label_selector=args.selector)
@@ -152,11 +111,11 @@ async def watch(
     """Follow the TrainJobs from ``listed`` until interrupted; redraw (or print events)
     on each change, rows marked stale while the API server does not answer. ``fresh``
     is read again every few seconds: a change of its figures is a change too."""
-    pending: list[CacheEvent] = []
+    pending: list[Change] = []
     refreshed: list[Row] = []
     changed = asyncio.Event()
 
-    def heard(events: Sequence[CacheEvent]) -> None:
+    def heard(events: Sequence[Change]) -> None:
         pending.extend(e for e in events if not names or e.key[1] in names)
         # No events: the rows' health changed, which the table shows too.
         if pending or not events:
@@ -195,7 +154,7 @@ async def watch(
                 view.snapshot(rows())
             else:
                 for obj in follower.objects():
-                    event = CacheEvent("ADDED", key_of(obj), None, obj)
+                    event = Change("ADDED", key_of(obj), obj)
                     _print_event(view, event, fresh, names)
             while True:
                 timeout = REFRESH_SECONDS if live is not None else None
@@ -229,12 +188,9 @@ def _drain(pending: list[T]) -> list[T]:
     return items
 
 
-def _print_event(
-    view: View, event: CacheEvent, fresh: Freshness, names: Sequence[str] = ()
-) -> None:
-    obj = event.new if event.new is not None else event.old
-    if obj is not None and (not names or event.key[1] in names):
-        view.event(event.type, fresh.row(row_of(obj)))
+def _print_event(view: View, event: Change, fresh: Freshness, names: Sequence[str] = ()) -> None:
+    if not names or event.key[1] in names:
+        view.event(event.type, fresh.row(row_of(event.obj)))
 
 
 def build_parser() -> argparse.ArgumentParser:

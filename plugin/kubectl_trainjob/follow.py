@@ -2,35 +2,42 @@
 fresh list after any failure, keeping track of what the user must be told: whether the
 rows are current, and if not, why.
 
-A shared informer (``kube.cache.WatchCache``) serves what it has while it retries and
-only logs why; a person reading a table needs to know that the rows stopped being
-current, the reason, and when they are current again. After a failure the rows are
-current again only once a list succeeds (a watch that reconnects says nothing until
-something changes), so every failure leads to a relist.
+An informer serves what it has while it retries and only logs why; a person reading a
+table needs to know that the rows stopped being current, the reason, and when they are
+current again. After a failure the rows are current again only once a list succeeds (a
+watch that reconnects says nothing until something changes), so every failure leads to
+a relist.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import aiohttp
+from .kube import (
+    BOOKMARK,
+    TRAINJOBS,
+    Key,
+    KubeClient,
+    KubeError,
+    KubeUnavailable,
+    Obj,
+    ObjectList,
+    key_of,
+    one_line,
+    resource_version_of,
+)
 
-from trainjob_status_server.kube.backoff import Backoff, ended_too_soon, watch_timeout
-from trainjob_status_server.kube.client import BOOKMARK, KubeClient, ObjectList
-from trainjob_status_server.kube.errors import KubeError, KubeUnavailable
-from trainjob_status_server.kube.resources import TRAINJOBS, Obj, resource_version_of
-from trainjob_status_server.kube.store import CacheEvent, ObjectStore
-
+WATCH_SECONDS = 300.0
 # One person's terminal, not a fleet of replicas: retry soon, and never wait long to
 # notice that the API server is back.
-BACKOFF = Backoff(base=0.5, cap=8.0)
-WATCH_SECONDS = 300.0
+BACKOFF_BASE = 0.5
+BACKOFF_CAP = 8.0
+ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 
 
 @dataclass(frozen=True)
@@ -59,32 +66,73 @@ def recovered(health: Health) -> tuple[Health, str | None]:
 
 
 def reason_of(exc: Exception) -> str:
-    """What a list or watch failure says, as kubectl says it, in one line: the HTTP
-    library's own words (exception classes, the chunked-encoding detail of a cut
-    stream) replaced by what happened to the API server."""
+    """What a list or watch failure says, as kubectl says it, in one line (a failure
+    without an answer is in words already: ``kube.KubeUnavailable``)."""
     if isinstance(exc, KubeError):
         return one_line(f"Error from server ({exc.reason}): {exc.message}")
-    if isinstance(exc, KubeUnavailable) and exc.__cause__ is not None:
-        plain = _connection_lost(exc.__cause__)
-        if plain is not None:
-            return plain
     return one_line(str(exc)) or type(exc).__name__
 
 
-def _connection_lost(cause: BaseException) -> str | None:
-    if isinstance(cause, aiohttp.ClientConnectorError):
-        errno = cause.os_error.errno
-        why = os.strerror(errno).lower() if errno else "no connection"
-        return f"cannot connect to the API server at {cause.host}:{cause.port}: {why}"
-    lost = (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, ConnectionError)
-    if isinstance(cause, lost):
-        return "lost the connection to the API server: it closed the connection"
-    return None
+def retry_delay(failures: int, rand: float, retry_after: float | None = None) -> float:
+    """Seconds to wait after ``failures`` consecutive failures (0 after none): between
+    half and all of ``min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (failures - 1))``, ``rand``
+    uniform in [0, 1) choosing where. A Retry-After is a floor, up to the cap."""
+    if failures <= 0:
+        return 0.0
+    ceiling = min(BACKOFF_CAP, BACKOFF_BASE * 2.0 ** min(failures - 1, 62))
+    wait = ceiling / 2 + ceiling / 2 * rand
+    if retry_after is not None:
+        wait = max(wait, min(float(retry_after), BACKOFF_CAP))
+    return wait
 
 
-def one_line(text: str) -> str:
-    """``text`` on one line (a YAML parser's or a proxy's message may span several)."""
-    return " ".join(text.split())
+def watch_timeout(minimum: float, rand: float) -> int:
+    """The server-side timeout of one watch: between ``minimum`` and twice that, as
+    client-go does."""
+    return max(1, round(minimum * (1.0 + rand)))
+
+
+@dataclass(frozen=True)
+class Change:
+    """ADDED, MODIFIED or DELETED: ``obj`` is the object now, or the last one held for
+    DELETED."""
+
+    type: str
+    key: Key
+    obj: Obj
+
+
+class TrainJobs:
+    """The TrainJobs followed, by (namespace, name); each method returns the changes
+    it made."""
+
+    def __init__(self) -> None:
+        self._objects: dict[Key, Obj] = {}
+
+    def objects(self) -> list[Obj]:
+        return list(self._objects.values())
+
+    def replace(self, listed: list[Obj]) -> list[Change]:
+        """A full list: what it lacks is deleted, the rest applied."""
+        found = {key_of(obj) for obj in listed}
+        changes = [
+            Change(DELETED, key, self._objects.pop(key))
+            for key in list(self._objects)
+            if key not in found
+        ]
+        changes += [c for c in (self.apply(MODIFIED, obj) for obj in listed) if c is not None]
+        return changes
+
+    def apply(self, event_type: str, obj: Obj) -> Change | None:
+        """A watch event; None when it changes nothing (the resourceVersion held)."""
+        key = key_of(obj)
+        held = self._objects.get(key)
+        if event_type == DELETED:
+            return None if held is None else Change(DELETED, key, self._objects.pop(key))
+        if held is not None and resource_version_of(held) == resource_version_of(obj):
+            return None
+        self._objects[key] = obj
+        return Change(ADDED if held is None else MODIFIED, key, obj)
 
 
 class Follower:
@@ -98,9 +146,8 @@ class Follower:
         namespace: str | None,
         selector: str | None,
         *,
-        on_change: Callable[[Sequence[CacheEvent]], None],
+        on_change: Callable[[Sequence[Change]], None],
         on_message: Callable[[str], None],
-        backoff: Backoff = BACKOFF,
         watch_seconds: float = WATCH_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
@@ -110,21 +157,20 @@ class Follower:
         self.selector = selector
         self.on_change = on_change
         self.on_message = on_message
-        self.backoff = backoff
         self.watch_seconds = watch_seconds
         self.health = Health()
         self._clock = clock
         self._rand = rand
-        self._store = ObjectStore()
+        self._store = TrainJobs()
         self._resource_version = ""
 
     def objects(self) -> list[Obj]:
         return self._store.objects()
 
-    def load(self, listed: ObjectList) -> list[CacheEvent]:
+    def load(self, listed: ObjectList) -> list[Change]:
         """Take a list (the first one ``progress`` made, or a relist): its changes."""
         self._resource_version = listed.resource_version
-        return self._store.replace(listed.items, listed.resource_version)
+        return self._store.replace(listed.items)
 
     async def run(self) -> None:
         """Watch from the last list, relisting after failures, until cancelled."""
@@ -154,7 +200,7 @@ class Follower:
                 relist = True
                 failures += 1
                 self._tell(failed, reason_of(exc))
-            delay = self.backoff.delay(failures, self._rand(), retry_after)
+            delay = retry_delay(failures, self._rand(), retry_after)
             if delay > 0:
                 await asyncio.sleep(delay)
 
@@ -185,4 +231,7 @@ class Follower:
                     if change is not None:
                         self.on_change([change])
                 self._resource_version = resource_version_of(event.object) or self._resource_version
-        return not ended_too_soon(seen, self._clock() - started, 1.0)
+        # A watch that closed at once with nothing in it (not even a bookmark) counts as
+        # a failure: watching again at once could spin against a server or proxy that
+        # closes every watch immediately.
+        return seen > 0 or self._clock() - started >= 1.0

@@ -23,15 +23,13 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
-from trainjob_status_server.kube.client import KubeClient
-from trainjob_status_server.kube.errors import KubeError, KubeUnavailable
-from trainjob_status_server.kube.resources import Key, Obj, Resource
-from trainjob_status_server.progress import resource
-
 from .follow import reason_of
+from .kube import Key, KubeClient, KubeError, KubeUnavailable, Obj, Resource
 from .rows import Row, fresher
 
-PROGRESSES = Resource(resource.GROUP, resource.VERSION, resource.RESOURCE, resource.KIND)
+# The server's names for it (tests/kubectl_plugin/test_shared_facts.py holds them to
+# the server's own).
+PROGRESSES = Resource("trainjob-status.kubeflow.org", "v1alpha1", "trainjobprogresses")
 DISCOVERY = f"/apis/{PROGRESSES.api_version}"
 
 REFRESH_SECONDS = 5.0
@@ -163,7 +161,7 @@ class Freshness:
     async def _list(self) -> tuple[Obj | None, int | None, str]:
         """The list; or None, the failure's status (None: no answer) and what it was."""
         try:
-            return await self.client.request_json("GET", PROGRESSES.path(self.namespace)), None, ""
+            return await self.client.get_json(PROGRESSES.path(self.namespace)), None, ""
         except KubeUnavailable as exc:
             return None, None, reason_of(exc)
         except KubeError as exc:
@@ -175,7 +173,7 @@ class Freshness:
     async def _discovery_status(self) -> int | None:
         """The status of the group-version's discovery when an error; else None."""
         try:
-            await self.client.request_json("GET", DISCOVERY)
+            await self.client.get_json(DISCOVERY)
         except KubeError as exc:
             return exc.status
         except KubeUnavailable:

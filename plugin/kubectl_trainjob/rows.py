@@ -10,9 +10,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from trainjob_status_server.kube.resources import Obj, key_of
-
 from .formats import human_duration, parse_number, parse_time
+from .kube import Obj, key_of
 from .terminal import printable
 
 BAR_WIDTH = 20

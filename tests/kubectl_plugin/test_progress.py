@@ -14,7 +14,7 @@ import re
 import shutil
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,8 @@ from rich.console import Console
 from kubectl_trainjob import fresh
 from kubectl_trainjob.command import kubeconfig_file
 from kubectl_trainjob.follow import Health, failed, reason_of, recovered
+from kubectl_trainjob.kube import KubeClient as PluginClient
+from kubectl_trainjob.kube import KubeError, KubeUnavailable
 from kubectl_trainjob.output import yaml_text
 from kubectl_trainjob.rows import (
     Row,
@@ -54,7 +56,7 @@ from trainjob_devcluster.harness.testing import ServingCerts, eventually
 from trainjob_status.contract import GROUP
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.kube import KubeClient
-from trainjob_status_server.kube.errors import KubeError, KubeUnavailable
+from trainjob_status_server.kube.errors import KubeError as ServerKubeError
 from trainjob_status_server.progress import resource
 
 NOW = dt.datetime(2026, 12, 2, 18, 33, 25, tzinfo=dt.UTC).timestamp()
@@ -372,25 +374,15 @@ def test_progress_items_by_trainjob_and_the_rows_they_change() -> None:
     assert [row.progress for row in fresh.changed_rows(rows, found, {})] == [42, None]
 
 
-def test_the_plugin_reads_what_the_server_serves() -> None:
-    assert resource.read_of(fresh.PROGRESSES.path("team-a")) == resource.Read("team-a", None)
-    assert resource.read_of(fresh.PROGRESSES.path(None)) == resource.Read(None, None)
-    served = resource.api_resource_list()["groupVersion"]
-    assert fresh.DISCOVERY.removeprefix("/apis/") == served
-    assert fresh.PROGRESSES.qualified == resource.QUALIFIED
-
-
-class Answers(KubeClient):
-    """Answers ``request_json`` by path: an object, an error to raise, or no answer."""
+class Answers(PluginClient):
+    """Answers ``get_json`` by path: an object, an error to raise, or no answer."""
 
     def __init__(self, answers: dict[str, Any]) -> None:
-        super().__init__()
+        super().__init__(None)
         self.answers = answers
         self.asked: list[str] = []
 
-    async def request_json(
-        self, method: str, path: str, *, body: Any = None, accept: str = "application/json"
-    ) -> dict[str, Any]:
+    async def get_json(self, path: str, query: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
         self.asked.append(path)
         answer = self.answers[path]
         if isinstance(answer, Exception):
@@ -1193,7 +1185,7 @@ class TestFreshProgress:
             async def unavailable() -> bool:
                 try:
                     await kube.request_json("GET", PROGRESS)
-                except KubeError as exc:
+                except ServerKubeError as exc:
                     return exc.status == 503
                 return False
 

@@ -1,9 +1,10 @@
 """The plugin's own copies of what it shares with the status server give the server's
-answers: Go's durations, the parsing of metric values and update stamps.
+answers: Go's durations, the parsing of metric values and update stamps, the names and
+paths of the TrainJobs and of the server's aggregated API.
 
 The plugin installs without the server, so it keeps these itself
-(``kubectl_trainjob.formats``); each is compared here with the server's over many inputs,
-the edges of each rule among them.
+(``kubectl_trainjob.formats``, ``kube.TRAINJOBS``, ``fresh.PROGRESSES``); each is
+compared here with the server's over many inputs, the edges of each rule among them.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from kubectl_trainjob import formats
+from kubectl_trainjob import formats, fresh, kube
+from trainjob_status import contract
 from trainjob_status_server import go_text
+from trainjob_status_server.kube import resources
 from trainjob_status_server.metrics import series
+from trainjob_status_server.progress import resource
 
 # Where human_duration changes its form (seconds): 2 minutes, 10 minutes, 3 hours,
 # 8 hours, 2 days, 8 days, 2 years, 8 years.
@@ -24,6 +28,7 @@ EDGES = [-1, 0, 120, 600, 10_800, 28_800, 172_800, 691_200, 63_072_000, 252_288_
 NEAR_EDGES = st.sampled_from(EDGES).flatmap(lambda edge: st.integers(edge - 3_601, edge + 3_601))
 
 NUMBERS = st.from_regex(r"[+-]?(?:[0-9]{0,400}(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?")
+NAMESPACES = st.from_regex(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", fullmatch=True)
 STAMPS = st.from_regex(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,12})?)?"
     r"(?:[Zz]|[+-][0-9]{2}:?[0-9]{2})?",
@@ -75,3 +80,24 @@ def test_parse_number(text: str) -> None:
 @example("2026-12-02T18:33:25.123456789Z")
 def test_parse_time(text: str) -> None:
     assert formats.parse_time(text) == series.parse_time(text)
+
+
+def test_the_resources_are_named_as_the_server_names_them() -> None:
+    trainjobs = (kube.TRAINJOBS.group, kube.TRAINJOBS.version, kube.TRAINJOBS.plural)
+    assert trainjobs == (contract.GROUP, contract.VERSION, contract.RESOURCE)
+    assert kube.TRAINJOBS.qualified == resources.TRAINJOBS.qualified
+    progresses = (fresh.PROGRESSES.group, fresh.PROGRESSES.version, fresh.PROGRESSES.plural)
+    assert progresses == (resource.GROUP, resource.VERSION, resource.RESOURCE)
+    assert fresh.PROGRESSES.qualified == resource.QUALIFIED
+    served = resource.api_resource_list()["groupVersion"]
+    assert fresh.DISCOVERY.removeprefix("/apis/") == served
+
+
+@given(st.none() | NAMESPACES | st.text(min_size=1))
+def test_paths_are_the_servers(namespace: str | None) -> None:
+    assert kube.TRAINJOBS.path(namespace) == resources.TRAINJOBS.path(namespace)
+
+
+@given(st.none() | NAMESPACES)
+def test_the_progress_list_is_what_the_server_serves(namespace: str | None) -> None:
+    assert resource.read_of(fresh.PROGRESSES.path(namespace)) == resource.Read(namespace, None)
