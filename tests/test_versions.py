@@ -1,5 +1,5 @@
 """One version for the four distributions: their pyprojects, the ``==`` pins between
-them, each package's ``__version__`` and each command's ``--version``."""
+them (the plugin needs none of the others), each package's ``__version__`` and each command's ``--version``."""
 
 from __future__ import annotations
 
@@ -36,14 +36,14 @@ def test_the_four_pyprojects_hold_one_version() -> None:
     assert versions == dict.fromkeys(folders, VERSION)
 
 
-def test_each_distribution_pins_the_one_below_it_to_that_version() -> None:
+def test_each_distribution_pins_the_ones_it_needs_to_that_version() -> None:
     def ours(folder: str) -> list[str]:
         deps: list[str] = project(folder)["dependencies"]
         return [d for d in deps if d.startswith(("trainjob-", "kubectl-trainjob"))]
 
     assert ours("client") == []
     assert ours("server") == [f"trainjob-status=={VERSION}"]
-    assert ours("plugin") == [f"trainjob-status-server=={VERSION}"]
+    assert ours("plugin") == []
     assert ours("devcluster") == [
         f"trainjob-status-server=={VERSION}",
         f"kubectl-trainjob=={VERSION}",

@@ -1,11 +1,14 @@
 """The four distributions as ``pip wheel`` builds them from a clean copy of the tree: each
 wheel holds its own package and nothing else, with the data files it reads at run time,
-its own commands, and requirements that point one way (devcluster -> plugin -> server ->
-client, each pinned to the same version). The plugin's wheel, installed as a user
-installs it, runs."""
+its own commands, and requirements that point one way (devcluster -> server -> client
+and devcluster -> plugin, each pinned to the same version; the plugin needs none of the
+others). The plugin's
+wheel, installed alone as a user installs it, shows a TrainJob's progress from a real
+kube-apiserver."""
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 import subprocess
 import sys
@@ -15,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from trainjob_devcluster.harness.realcluster import RealCluster
+from trainjob_status.contract import GROUP
+
 from .rendering import ROOT
 from .wheels import DEVELOPMENT_ONLY, Wheel, read_wheel
 
@@ -23,6 +29,14 @@ VERSION: str = tomllib.loads((ROOT / "server" / "pyproject.toml").read_text())["
 
 # What the plugin needs and the server's image must not carry.
 PLUGIN_ONLY = {"rich", "pyyaml"}
+# What the server needs and a laptop with the plugin alone must not carry.
+SERVER_ONLY = {
+    "trainjob-status",
+    "trainjob-status-server",
+    "pyjwt",
+    "cryptography",
+    "prometheus-client",
+}
 
 
 @pytest.fixture(scope="module")
@@ -100,41 +114,75 @@ def test_the_server_wheel_carries_nothing_of_the_plugin(wheels: dict[str, Wheel]
     }
 
 
-def test_the_plugin_wheel_is_the_plugin_and_pins_the_server(wheels: dict[str, Wheel]) -> None:
+def test_the_plugin_wheel_is_the_plugin_alone(wheels: dict[str, Wheel]) -> None:
     plugin = wheels["kubectl_trainjob"]
     assert plugin.top_level == {"kubectl_trainjob"}
     assert "kubectl_trainjob/py.typed" in plugin.names
-    assert plugin.required == {"trainjob-status-server"} | PLUGIN_ONLY
-    assert f"trainjob-status-server=={VERSION}" in plugin.requires
-    assert plugin.required.isdisjoint(DEVELOPMENT_ONLY)
+    assert plugin.required == {"kubernetes-asyncio"} | PLUGIN_ONLY
+    assert plugin.required.isdisjoint(DEVELOPMENT_ONLY | SERVER_ONLY)
     assert plugin.requires_python == ">=3.11"
     assert plugin.scripts == {"kubectl-trainjob": "kubectl_trainjob:main"}
 
 
-def test_the_plugin_wheel_installs_and_runs(built: dict[str, Path], tmp_path: Path) -> None:
-    # A fresh virtualenv, as a user's laptop: our three wheels, their dependencies from
-    # the package index (pip's cache where it has them); nothing of the development cluster.
+def test_the_plugin_wheel_alone_installs_and_shows_progress(
+    built: dict[str, Path], real_cluster: RealCluster, tmp_path: Path
+) -> None:
+    # A fresh virtualenv, as a user's laptop: the plugin's wheel alone, its dependencies
+    # from the package index (pip's cache where it has them).
     venv.create(tmp_path / "venv", with_pip=True)
     python = tmp_path / "venv" / "bin" / "python"
-    ours = [str(built[name]) for name in ("trainjob_status", "trainjob_status_server")]
     done = subprocess.run(
         [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         *ours, str(built["kubectl_trainjob"])],
+         str(built["kubectl_trainjob"])],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    script = tmp_path / "venv" / "bin" / "kubectl-trainjob"
-    done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
-    assert (done.returncode, done.stderr) == (0, ""), done.stderr
-    assert done.stdout.startswith("usage: kubectl trainjob [-h] [--version]")
-    assert "Kubeflow Trainer TrainJobs at a glance (a kubectl plugin)." in done.stdout
     frozen = subprocess.run(
         [str(python), "-m", "pip", "list", "--format=freeze", "--disable-pip-version-check"],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout  # fmt: skip
     installed = {line.split("==")[0].lower().replace("_", "-") for line in frozen.splitlines()}
-    assert {"kubectl-trainjob", "trainjob-status-server", "rich", "pyyaml"} <= installed
-    assert installed.isdisjoint(DEVELOPMENT_ONLY)
+    assert {"kubectl-trainjob", "kubernetes-asyncio", "rich", "pyyaml"} <= installed
+    assert installed.isdisjoint(DEVELOPMENT_ONLY | SERVER_ONLY), frozen
+
+    # A TrainJob on kube-apiserver that its controller created and its trainer reported on.
+    real_cluster.create_trainjob("team-a", "llama")
+    reported = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+    status = {
+        "conditions": [
+            {"type": "Created", "status": "True", "reason": "Created", "message": "",
+             "lastTransitionTime": real_cluster.now()},
+        ],
+        "trainerStatus": {
+            "progressPercentage": 42,
+            "estimatedRemainingSeconds": 3700,
+            "lastUpdatedTime": reported.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "metrics": [{"name": "loss", "value": "0.25"}],
+        },
+    }  # fmt: skip
+    real_cluster.call(
+        "PATCH",
+        real_cluster.path("trainjobs", "team-a", "llama", GROUP) + "/status",
+        {"status": status},
+        content_type="application/merge-patch+json",
+    )
+    # Only the virtualenv's programs, the kubeconfig from KUBECONFIG as kubectl passes it.
+    env = {
+        "PATH": str(tmp_path / "venv" / "bin"),
+        "HOME": str(tmp_path),
+        "KUBECONFIG": str(real_cluster.kubeconfig_path),
+    }
+    script = tmp_path / "venv" / "bin" / "kubectl-trainjob"
+    for command in ([str(script)], [str(python), "-m", "kubectl_trainjob"]):
+        done = subprocess.run(
+            [*command, "progress", "-n", "team-a"],
+            capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path,
+        )  # fmt: skip
+        assert (done.returncode, done.stderr) == (0, ""), done.stderr
+        assert done.stdout.splitlines() == [
+            "NAME    STATE     PROGRESS                    ETA   UPDATED   loss",
+            "llama   Created   ████████░░░░░░░░░░░░  42%   61m   60m ago   0.25",
+        ]
 
 
 def test_the_devcluster_wheel_carries_its_crds_and_pins_the_server(
