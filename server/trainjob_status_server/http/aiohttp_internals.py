@@ -12,12 +12,22 @@ another module of the server reaches into a private name of aiohttp or asyncio.
 
 What is used, by what:
 
-- ``RequestHandler._parser``, ``_reading_paused``, ``_buffer_paused``, ``_request_count``,
-  ``_request_in_progress``, ``_messages``, ``_loop``: ``RequestHandlerBase``.
+- ``RequestHandler._parser``, ``_request_count``, ``_request_in_progress``, ``_messages``:
+  ``RequestHandlerBase``.
 - ``BaseSite._server``: ``attach_server``.
 - ``StreamResponse._prepare_headers`` (overridden): ``ServerlessResponse``.
 - asyncio's ``sslproto.SSLProtocol`` (a private module) and its ``_ssl_buffer``,
   ``_ssl_buffer_view``: ``SharedBufferTLS``.
+
+What aiohttp's protocol is relied on to do, beyond its names (the same test watches each
+on a real connection):
+
+- it asks its parser (``_parser``) only ``feed_data``, ``feed_eof``, ``message_consumed``,
+  ``set_upgraded`` and ``pause_reading``, and ``feed_data`` returns ``(requests,
+  upgraded, tail)``: ``protocol.HeadBudget`` stands in for the parser with those five;
+- a request its parser refuses, and a handler's exception, reach ``handle_error`` (the
+  parser's ``HttpProcessingError``; status 500 and the exception), and aiohttp writes the
+  answer it returns: ``StatusRequestHandler.handle_error`` answers both as Status.
 """
 
 from __future__ import annotations
@@ -49,20 +59,6 @@ class RequestHandlerBase(web.RequestHandler):
         wrapped = wrap(self._parser)
         self._parser = wrapped  # type: ignore[assignment]  # stands in for the parser
         return wrapped
-
-    @property
-    def event_loop(self) -> asyncio.AbstractEventLoop:
-        """The loop aiohttp made the handler for (``_loop``): asking asyncio for the
-        running loop costs a system call per call on Python 3.11."""
-        loop: asyncio.AbstractEventLoop = self._loop
-        return loop
-
-    @property
-    def reading_paused(self) -> bool:
-        """Whether aiohttp paused this connection's reads (``_reading_paused``, a full
-        body buffer: ``_buffer_paused``). Needed to skip aiohttp's resume on every body
-        read of a connection that is not paused, which feeds the parser an empty read."""
-        return bool(self._reading_paused or self._buffer_paused)
 
     @property
     def between_requests(self) -> bool:
@@ -158,9 +154,6 @@ def tls_protocol(
 RELIED_ON: dict[str, tuple[str, ...]] = {
     "aiohttp.web_protocol.RequestHandler (instance)": (
         "_parser",
-        "_loop",
-        "_reading_paused",
-        "_buffer_paused",
         "_request_count",
         "_request_in_progress",
         "_messages",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import sys
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -69,9 +68,6 @@ class StatusEndpoint:
 
     async def handle(self, request: web.BaseRequest, namespace: str, name: str) -> Answer:
         """The answer to a post to the status path of ``namespace/name``."""
-        # Interned: the writer keys a waiting update by them, the caches hold one copy.
-        namespace = sys.intern(namespace)
-        name = sys.intern(name)
         request[TRAINJOB] = f"{namespace}/{name}"
         received = self.clock()
         if (request.content_length or 0) > MAX_BODY_BYTES:

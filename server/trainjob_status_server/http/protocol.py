@@ -214,20 +214,14 @@ class StatusRequestHandler(RequestHandlerBase):
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         if self.head.pending and self._head_timer is None and self._head_timeout is not None:
-            self._head_timer = self.event_loop.call_later(self._head_timeout, self._head_expired)
+            self._head_timer = asyncio.get_running_loop().call_later(
+                self._head_timeout, self._head_expired
+            )
             self.head_pending_since = time.monotonic()
         elif not self.head.pending and self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
             self.head_pending_since = None
-
-    def resume_reading(self, resume_parser: bool = True) -> None:
-        # aiohttp's body reader calls this after every read it takes from a request's
-        # body, paused or not: for a connection not paused, that would feed the parser an
-        # empty read (through the head budget) and resume a transport that reads already,
-        # on every post. Only a paused protocol has anything to resume.
-        if self.reading_paused:
-            super().resume_reading(resume_parser)
 
     def _head_expired(self) -> None:
         self._head_timer = None
