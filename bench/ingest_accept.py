@@ -152,7 +152,7 @@ async def floor_server(port: int, cert: Path, key: Path) -> None:
     framework: httptools' parser (llhttp) on a bare asyncio protocol, asyncio's TLS. What
     it costs less than the bare handler on asyncio is what aiohttp's own request and
     answer machinery costs a post."""
-    import httptools  # a dependency of the devcluster
+    import httptools  # in the test dependency group
 
     class Echo(asyncio.Protocol):
         def __init__(self) -> None:

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from email.parser import BytesParser
 from pathlib import Path
 
-# The development cluster's package and the dependencies only it uses (multidict is not
-# here: aiohttp needs it too).
+# The development cluster's package and the dependencies only it or the test tools use
+# (multidict is not here: aiohttp needs it too).
 DEVELOPMENT_ONLY = {"trainjob-devcluster", "httptools", "orjson", "uvloop", "cel-python"}
 
 

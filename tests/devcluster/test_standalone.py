@@ -1,5 +1,5 @@
-"""``trainjob-devcluster serve`` as a process: it serves on uvloop (with the loop's
-own TLS), watches and writes work through it, and SIGTERM removes its kubeconfig."""
+"""``trainjob-devcluster serve`` as a process: it serves on uvloop, watches and writes
+work through it, and SIGTERM removes its kubeconfig."""
 
 import asyncio
 import base64
@@ -12,23 +12,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-import uvloop
 import yaml
 
-from trainjob_devcluster.http.httpserver import layers_tls_itself
-
 from .conftest import TJ
-
-
-def test_tls_is_layered_by_us_on_asyncio_loops_only() -> None:
-    asyncio_loop = asyncio.new_event_loop()
-    uv_loop = uvloop.new_event_loop()
-    try:
-        assert layers_tls_itself(asyncio_loop)
-        assert not layers_tls_itself(uv_loop)
-    finally:
-        asyncio_loop.close()
-        uv_loop.close()
 
 
 async def start(kubeconfig: Path) -> tuple[asyncio.subprocess.Process, dict[str, Any]]:

@@ -85,14 +85,8 @@ class DevCluster(workloads.TrainJobWorkloads):
         self.ca_path.write_bytes(self.ca.cert_pem)
         cert_pem, key_pem = self.ca.issue_server_cert(["localhost"], [self.host])
         context = server_ssl_context(cert_pem, key_pem, self.workdir)
-        # A client gets a minute for its TLS handshake and first request's headers.
         self._http = HttpServer(
-            self.app.dispatch,
-            self.host,
-            self.port,
-            ssl_context=context,
-            header_timeout=60.0,
-            max_body=MAX_BODY,
+            self.app.dispatch, self.host, self.port, ssl_context=context, max_body=MAX_BODY
         )
         await self._http.start()
         self.port = self._http.port

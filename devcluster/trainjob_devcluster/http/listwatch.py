@@ -6,21 +6,17 @@ import asyncio
 import base64
 import binascii
 import json
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..common import status
 from ..common.resources import ResourceType
 from ..common.status import ApiError
-from ..storage.selectors import (
-    labels_match,
-    parse_field_selector,
-    parse_label_selector,
-    pinned_value,
-    sole_value,
-)
-from ..storage.store import Expired, Obj, Store, Watcher, dumps
+from ..storage.selectors import labels_match, parse_field_selector, parse_label_selector
+from ..storage.store import Expired, Obj, Store, dumps
 from .httpserver import Request, Stream
 from .routing import query_flag
 
@@ -144,14 +140,13 @@ def list_objects(
     check_list_options(query)
     labels = parse_label_selector(query.get("labelSelector"))
     fields = parse_field_selector(query.get("fieldSelector"))
-    name = pinned_value(query.get("fieldSelector"), "metadata.name")
     at, start = _read_version(store, query)
     if at is None:
-        objs = store.list(resource.qualified, namespace, name)
+        objs = store.list(resource.qualified, namespace)
         at = store.rv
     else:
         try:
-            objs = store.list_at(resource.qualified, namespace, at, name)
+            objs = store.list_at(resource.qualified, namespace, at)
         except Expired as exc:
             if not query.get("continue"):
                 raise ApiError(410, "Expired", str(exc)) from exc
@@ -205,6 +200,48 @@ def check_watch_options(query: Mapping[str, str]) -> None:
 WATCH_BUFFER_LIMIT = 16 * 1024 * 1024
 
 
+class _Outbox:
+    """The lines a watch has yet to send, in order, and whether the watch has ended.
+
+    The store adds an event's line as it commits the event, on the thread that commits
+    it: a test may change objects from another thread, and what it commits there reaches
+    the outbox through the event loop, whose thread alone touches the outbox."""
+
+    def __init__(self, limit: int, overflow: Callable[[], None]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
+        self._limit = limit
+        self._overflow = overflow
+        self.lines: deque[bytes] = deque()
+        self.size = 0  # bytes in ``lines``
+        self.ended = False
+        self.ready = asyncio.Event()  # a line was added or the watch ended
+
+    def add(self, line: bytes) -> None:
+        self.lines.append(line)
+        self.size += len(line)
+        self.ready.set()
+
+    def put(self, line: bytes | None) -> None:
+        """The store's sink: an event's line, or None once the watch has ended. Past
+        the limit the watch is cut off."""
+        if threading.get_ident() != self._thread:
+            self._loop.call_soon_threadsafe(self.put, line)
+            return
+        if line is None:
+            self.ended = True
+            self.ready.set()
+            return
+        self.add(line)
+        if self.size > self._limit:
+            self._overflow()
+
+    def take(self) -> bytes:
+        line = self.lines.popleft()
+        self.size -= len(line)
+        return line
+
+
 async def serve_watch(
     request: Request,
     stream: Stream,
@@ -217,9 +254,9 @@ async def serve_watch(
 ) -> None:
     """Stream newline-delimited watch events until the timeout, a drop, or the client goes.
 
-    Events reach the stream as they are committed, by the store's call (the stream sends
-    them at the end of that turn of the event loop); this coroutine only starts the
-    stream, sends bookmarks and ends it.
+    Events reach the watch's outbox as they are committed, by the store's call; this
+    coroutine sends what the outbox holds, and bookmarks. A client that leaves more
+    than ``buffer_limit`` bytes of events unsent is cut off.
     ``encode`` rewrites each event line (e.g. into a Table row for ``kubectl get -w``)."""
     query = request.query
     check_watch_options(query)
@@ -234,85 +271,65 @@ async def serve_watch(
         except ValueError as exc:
             raise status.bad_request(f"invalid resource version: {rv_text}") from exc
 
-    def write(line: bytes) -> None:
-        stream.write(line if encode is None else encode(line))
-
-    def send(line: bytes) -> None:
-        write(line)
-        if stream.buffered > buffer_limit:
-            watcher.close()
-
-    # From here to the stream's start nothing awaits, so no event is committed between the
-    # watcher's registration and the current state it starts from: every later event
+    outbox = _Outbox(buffer_limit, lambda: store.unwatch(watcher))
+    # From here to the initial events nothing awaits, so no event is committed between
+    # the watcher's registration and the current state it starts from: every later event
     # reaches the client once, none twice.
-    field_selector = query.get("fieldSelector")
-    name = pinned_value(field_selector, "metadata.name")
-    name_only = name is not None and sole_value(field_selector, "metadata.name") == name
-    selector = (query.get("labelSelector") or "", field_selector or "")
-    watcher = store.watch(
-        resource.qualified,
-        namespace,
-        labels,
-        fields,
-        send,
-        name=name,
-        selector=selector,
-        name_only=name_only,
-    )
+    watcher = store.watch(resource.qualified, namespace, labels, fields, outbox.put)
     try:
-        stream.start(200, "application/json")
         if initial:
-            for obj in store.list(resource.qualified, namespace, name):
+            for obj in store.list(resource.qualified, namespace):
                 if labels_match(labels, obj) and fields(obj):
-                    write(dumps({"type": "ADDED", "object": obj}) + b"\n")
+                    outbox.add(dumps({"type": "ADDED", "object": obj}) + b"\n")
             if bookmarks:
-                write(_bookmark(resource, store.rv, initial_end=True))
+                outbox.add(_bookmark(resource, store.rv, initial_end=True))
         else:
             try:
-                since = store.events_since(resource.qualified, since_rv)
+                for event in store.events_since(resource.qualified, since_rv):
+                    event_type = watcher.event_type(event)
+                    if event_type is not None:
+                        outbox.add(event.line(event_type))
             except Expired as exc:
-                write(_expired_line(exc))
-                return
-            for event in since:
-                event_type = watcher.event_type(event)
-                if event_type is not None:
-                    write(event.line(event_type))
-        await _wait(stream, store, watcher, resource, query, bookmarks, bookmark_interval)
+                outbox.add(_expired_line(exc))
+                store.unwatch(watcher)
+        await stream.start(200, "application/json")
+        await _send(stream, outbox, encode, store, resource, query, bookmarks, bookmark_interval)
     finally:
         store.unwatch(watcher)
 
 
-async def _wait(
+async def _send(
     stream: Stream,
+    outbox: _Outbox,
+    encode: Callable[[bytes], bytes] | None,
     store: Store,
-    watcher: Watcher,
     resource: ResourceType,
     query: Mapping[str, str],
     bookmarks: bool,
     bookmark_interval: float,
 ) -> None:
-    """Until the watch ends: bookmarks every ``bookmark_interval`` if asked for, and one
-    at ``timeoutSeconds``."""
+    """Until the watch ends: what the outbox holds, bookmarks every ``bookmark_interval``
+    if asked for, and one at ``timeoutSeconds``."""
     timeout = float(query.get("timeoutSeconds") or 0)
     deadline = time.monotonic() + timeout if timeout > 0 else None
-    while not watcher.closed:
+    while True:
+        while outbox.lines:
+            line = outbox.take()
+            await stream.write(line if encode is None else encode(line))
+        if outbox.ended:
+            return
         wait = bookmark_interval if bookmarks else None
         if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
+            left = max(deadline - time.monotonic(), 0.0)
             wait = left if wait is None else min(wait, left)
+        outbox.ready.clear()
         try:
             async with asyncio.timeout(wait):
-                await watcher.ended.wait()
+                await outbox.ready.wait()
         except TimeoutError:
+            # Queued after every event committed so far: the store's resourceVersion is
+            # a safe resume point.
+            if bookmarks:
+                outbox.add(_bookmark(resource, store.rv))
             if deadline is not None and time.monotonic() >= deadline:
-                break  # the closing bookmark below marks the end
-            if bookmarks and not watcher.closed:
-                # Every event committed so far has been written: the store's
-                # resourceVersion is a safe resume point.
-                stream.write(_bookmark(resource, store.rv))
-            continue
-        return
-    if bookmarks and not watcher.closed:
-        stream.write(_bookmark(resource, store.rv))
+                outbox.ended = True  # the bookmark just queued marks the end

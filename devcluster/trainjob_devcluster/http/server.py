@@ -19,7 +19,7 @@ from ..common.status import ApiError
 from ..storage.objects import rfc3339
 from ..storage.store import Obj, Store, dumps
 from . import bodies
-from .httpserver import Connection, HandlerResult, Request, Response
+from .httpserver import HandlerResult, Request, Response, Stream
 from .listwatch import WATCH_BUFFER_LIMIT, list_objects, serve_watch
 from .nonresource import NonResourcePaths
 from .rest import Answer, Call, ResourceApi
@@ -108,7 +108,7 @@ class ClusterApp:
 
     # -- dispatch ------------------------------------------------------------------------
 
-    def dispatch(self, request: Request, connection: Connection) -> HandlerResult:
+    def dispatch(self, request: Request, stream: Stream) -> HandlerResult:
         """The answer, or a coroutine for one that waits (a stall, a watch)."""
         try:
             found = route(self.registry, request.method, request.path, request.query)
@@ -116,8 +116,8 @@ class ClusterApp:
             self.faults.record(found.info, request.headers.get("Content-Type", ""))
             faults = self.faults.take(found.info)
             if faults:
-                return self._after_faults(faults, request, connection, found, user)
-            return self._serve(request, connection, found, user)
+                return self._after_faults(faults, request, stream, found, user)
+            return self._serve(request, stream, found, user)
         except ApiError as exc:
             return json_response(exc.code, exc.to_json(), exc.headers)
 
@@ -125,7 +125,7 @@ class ClusterApp:
         self,
         faults: list[Fault],
         request: Request,
-        connection: Connection,
+        stream: Stream,
         found: Route,
         user: authz.User,
     ) -> Response | None:
@@ -138,7 +138,7 @@ class ClusterApp:
                 error = fault.error()
                 if error is not None:
                     raise error
-            answer = self._serve(request, connection, found, user)
+            answer = self._serve(request, stream, found, user)
             if isinstance(answer, Response):
                 return answer
             return await answer
@@ -146,7 +146,7 @@ class ClusterApp:
             return json_response(exc.code, exc.to_json(), exc.headers)
 
     def _serve(
-        self, request: Request, connection: Connection, found: Route, user: authz.User
+        self, request: Request, stream: Stream, found: Route, user: authz.User
     ) -> Response | Coroutine[Any, Any, Response | None]:
         info, resource = found.info, found.resource
         authz.authorize(user, info, resource, self._bindings(info.namespace), self._role)
@@ -161,7 +161,7 @@ class ClusterApp:
             # Nor any method but POST on their collection (a GET is no list).
             raise status.method_not_allowed()
         if verb == "watch":
-            return self._watch(request, connection, info, resource)
+            return self._watch(request, stream, info, resource)
         if verb == "list":
             listed = list_objects(self.store, resource, info.namespace or None, query)
             return self.paths.render(request, resource, listed, 200)
@@ -213,12 +213,12 @@ class ClusterApp:
             return json_response(exc.code, exc.to_json(), exc.headers)
 
     async def _watch(
-        self, request: Request, connection: Connection, info: RequestInfo, resource: ResourceType
+        self, request: Request, stream: Stream, info: RequestInfo, resource: ResourceType
     ) -> Response | None:
         try:
             await serve_watch(
                 request,
-                connection.stream(),
+                stream,
                 self.store,
                 resource,
                 info.namespace or None,

@@ -9,7 +9,6 @@ managedFields in fieldmanager and fieldsets, CEL verdicts in schema).
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import json
 from collections import deque
@@ -188,12 +187,13 @@ class Event:
         return cached
 
 
-Sink = Callable[[bytes], None]
+# Gets an event's line, or None once the watch has ended.
+Sink = Callable[[bytes | None], None]
 
 
 class Watcher:
     """One open watch: filters events the way the watch cache does and hands their lines to
-    ``sink`` as they are committed (the watch's stream writes them out at once).
+    ``sink`` as they are committed, then None when the watch ends.
 
     A MODIFIED event that moves an object into the selection is sent as ADDED, and one
     that moves it out as DELETED, so a client's view stays consistent with its selector.
@@ -225,8 +225,6 @@ class Watcher:
         # them to be offered an event finds the type they all see.
         self.selector = None if selector is None else (namespace, selector)
         self.closed = False
-        # Set when the watch ends (dropped, or its stream gave up on the client).
-        self.ended = asyncio.Event()
         self.last_rv = 0
 
     def _selected(self, obj: Obj | None) -> bool:
@@ -272,7 +270,7 @@ class Watcher:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            self.ended.set()
+            self.sink(None)
 
 
 class Expired(Exception):
