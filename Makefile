@@ -26,7 +26,7 @@ HELM_VERSION := $(shell awk '$$1 == "require" { $$1 = ""; $$0 = $$0 } $$1 == "he
 HELM := $(TRAINJOB_STATUS_CACHE)/helm/$(HELM_VERSION)/helm
 
 .PHONY: demo hooks test lint typecheck unit client-py39 client-py39-run kube-assets trainer-assets real-tier-assets \
-	devcluster bench clean deploy-assets helm-bin crds
+	devcluster clean deploy-assets helm-bin crds
 
 $(SERVER_STAMP): client/pyproject.toml server/pyproject.toml plugin/pyproject.toml devcluster/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -223,9 +223,6 @@ test: lint typecheck deploy-assets unit client-py39
 
 devcluster: $(STAMP)
 	$(BIN)/trainjob-devcluster serve --port 6443 --kubeconfig-out devcluster.kubeconfig
-
-bench: $(STAMP)
-	$(BIN)/python bench/devcluster_bench.py
 
 clean:
 	rm -rf $(VENV) $(VENV_PY39) $(VENV_MYPY39) $(VENV_LOWEST) $(VENV_LOWEST_PY39) \

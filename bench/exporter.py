@@ -8,8 +8,7 @@ prometheus_client's generic renderer (the collector path) for comparison, and th
 with the series cap at half. Prints figures; asserts nothing.
 
 The exporter reads the TrainJob cache only through ``list()`` and its listeners, so a
-stand-in cache holding decoded TrainJob objects feeds it here: the watch itself has its
-own benchmark (devcluster_bench.py).
+stand-in cache holding decoded TrainJob objects feeds it here, without a watch.
 
     .venv/bin/python bench/exporter.py [--trainjobs 10000] [--metrics 10] [--smoke]
 """

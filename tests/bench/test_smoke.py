@@ -160,37 +160,6 @@ BENCHES = [
         binaries=("taskset",),
     ),
     Bench(
-        "devcluster_ab",
-        (
-            rf"^round 1, A: {NUMBER} writes/s, {NUMBER} us per write",
-            rf"^CPU per write, B/A by round: {NUMBER}; median {NUMBER}",
-        ),
-        # Two builds of the development cluster: this checkout twice.
-        args=(str(ROOT), str(ROOT)),
-        binaries=("wrk", "taskset"),
-    ),
-    Bench(
-        "devcluster_bench",
-        (
-            rf"^status writes, no watches, round 1: {NUMBER}/s",
-            rf"^against the goal of 2,000 writes/s: alone {NUMBER}",
-            rf"one 1,500-byte loopback TCP send costs {NUMBER} us",
-        ),
-        binaries=("wrk", "taskset"),
-    ),
-    Bench(
-        "devcluster_reads",
-        (
-            rf"^GET one TrainJob: {NUMBER} us of devcluster CPU per request",
-            rf"^LIST selecting one object by label \(index=N\): {NUMBER} us",
-        ),
-        binaries=("taskset",),
-    ),
-    Bench(
-        "devcluster_writes",
-        (rf"^status apply \+ answer JSON: median {NUMBER} us CPU per write",),
-    ),
-    Bench(
         "exporter",
         (
             rf"^  render whole page, Prometheus text\s+{NUMBER} ms\s+{NUMBER} us/series",
