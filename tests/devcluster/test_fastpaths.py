@@ -28,15 +28,10 @@ from trainjob_devcluster.common.status import ApiError
 from trainjob_devcluster.http.rest import Call, ResourceApi
 from trainjob_devcluster.schema import schema
 from trainjob_devcluster.schema.schema import StructuralSchema
-from trainjob_devcluster.storage import fieldmanager, fieldsets, objects, store
+from trainjob_devcluster.storage import fieldmanager, fieldsets, objects
 from trainjob_devcluster.storage.fieldmanager import decode_managed_fields
 from trainjob_devcluster.storage.fieldsets import FieldSet, decode_fields_v1
-from trainjob_devcluster.storage.selectors import (
-    parse_field_selector,
-    parse_label_selector,
-    pinned_value,
-)
-from trainjob_devcluster.storage.store import Event, Store, dumps, dumps_object
+from trainjob_devcluster.storage.store import Store, dumps
 from trainjob_devcluster.storage.typed import root_type, typed_errors
 from trainjob_devcluster.storage.typedfields import fitted_field_set, to_field_set
 from trainjob_devcluster.storage.typedops import compare, json_equal, merge
@@ -272,7 +267,6 @@ def forget_everything(api: ResourceApi) -> None:
     fieldmanager._DECODED.clear()
     fieldmanager._MADE.clear()
     schema._UNTOUCHED.clear()
-    store._ENCODED.clear()
 
 
 NAMESPACES = next(r for r in default_resources() if r.plural == "namespaces")
@@ -407,109 +401,6 @@ def test_a_repeated_status_apply_reuses_the_stored_field_sets() -> None:
     )
     assert [id(f) for f in second] == [id(f) for f in third]
     assert second == first
-
-
-# -- watches ------------------------------------------------------------------------------
-
-
-def test_event_lines_are_the_json_of_the_event() -> None:
-    rng = random.Random(10)
-    for _ in range(200):
-        obj = value_for(TYPES[1], rng)
-        obj = obj if isinstance(obj, dict) else {"x": obj}
-        event = Event("MODIFIED", "trainjobs", obj, None, 2)
-        for kind in ("MODIFIED", "ADDED", "DELETED"):
-            assert event.line(kind) == dumps({"type": kind, "object": obj}) + b"\n"
-        assert dumps_object(obj) == dumps(obj)
-
-
-def watched(selector: str | None, pinned: bool, objs: list[dict[str, Any]]) -> list[bytes]:
-    s = Store()
-    fields = parse_field_selector(selector)
-    name = pinned_value(selector, "metadata.name") if pinned else None
-    lines: list[bytes] = []
-    s.watch("pods", "ns", [], fields, lines.append, name=name)
-    old = None
-    for obj in objs:
-        old = s.create("pods", obj) if old is None else s.update("pods", obj, old)
-    s.delete("pods", "ns", objs[-1]["metadata"]["name"])
-    return lines
-
-
-@pytest.mark.parametrize(
-    "selector",
-    [
-        "metadata.name=a",
-        "metadata.name=b",
-        "metadata.name==a,status.phase!=Done",
-        "metadata.name!=a",
-    ],
-)
-def test_watchers_indexed_by_name_see_what_a_scan_would(selector: str) -> None:
-    def pod(phase: str) -> dict[str, Any]:
-        return {"metadata": {"name": "a", "namespace": "ns"}, "status": {"phase": phase}}
-
-    objs = [pod("Pending"), pod("Running"), pod("Done"), pod("Running")]
-    assert watched(selector, True, objs) == watched(selector, False, objs)
-
-
-def seen_by_watchers(labels: str, fields: str, share: bool) -> list[list[bytes]]:
-    """What two watchers in each of two namespaces and two of all namespaces see of pods
-    moving in and out of their selection, with selectors shared or not."""
-    s = Store()
-    seen: list[list[bytes]] = []
-    for namespace in ("ns", "ns", "other", "other", None, None):
-        seen.append([])
-        s.watch(
-            "pods",
-            namespace,
-            parse_label_selector(labels),
-            parse_field_selector(fields),
-            seen[-1].append,
-            selector=(labels, fields) if share else None,
-        )
-    rng = random.Random(f"{labels}/{fields}")
-    live: dict[tuple[str, str], dict[str, Any]] = {}
-    for _ in range(60):
-        key = (rng.choice(("ns", "other")), rng.choice(("a", "b")))
-        obj = {
-            "metadata": {
-                "name": key[1],
-                "namespace": key[0],
-                "labels": {"app": rng.choice(("x", "y"))},
-            },
-            "status": {"phase": rng.choice(("Pending", "Running", "Done"))},
-        }
-        if key in live and rng.random() < 0.2:
-            s.delete("pods", *key)
-            del live[key]
-        elif key in live:
-            live[key] = s.update("pods", obj, live[key])
-        else:
-            live[key] = s.create("pods", obj)
-    return seen
-
-
-@pytest.mark.parametrize(
-    ("labels", "fields"),
-    [
-        ("", ""),
-        ("app=x", ""),
-        ("", "status.phase!=Done"),
-        ("app in (x)", "metadata.name=a,status.phase=Running"),
-    ],
-)
-def test_watchers_with_equal_selectors_see_what_each_would_alone(labels: str, fields: str) -> None:
-    shared = seen_by_watchers(labels, fields, True)
-    assert shared == seen_by_watchers(labels, fields, False)
-    assert any(shared)
-
-
-def test_pinned_value_is_the_name_an_equality_requires() -> None:
-    assert pinned_value("metadata.name=a", "metadata.name") == "a"
-    assert pinned_value("status.phase=x, metadata.name == b", "metadata.name") == "b"
-    assert pinned_value("metadata.name!=a", "metadata.name") is None
-    assert pinned_value(None, "metadata.name") is None
 
 
 def test_decoding_a_stored_entry_twice_gives_equal_managers() -> None:

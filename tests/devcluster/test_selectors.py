@@ -5,8 +5,6 @@ from trainjob_devcluster.storage.selectors import (
     labels_match,
     parse_field_selector,
     parse_label_selector,
-    pinned_value,
-    sole_value,
 )
 
 
@@ -67,21 +65,3 @@ def test_field_selectors() -> None:
     assert parse_field_selector(None)({})
     events = parse_field_selector("involvedObject.kind=TrainJob,involvedObject.name=job1")
     assert events({"involvedObject": {"kind": "TrainJob", "name": "job1"}})
-
-
-@pytest.mark.parametrize(
-    ("selector", "pinned", "sole"),
-    [
-        ("metadata.name=a", "a", "a"),
-        ("metadata.name==a", "a", "a"),
-        ("metadata.name=a,status.phase!=Running", "a", None),
-        ("status.phase=Running,metadata.name=a", "a", None),
-        ("metadata.name!=a", None, None),
-        ("metadata.namespace=a", None, None),
-        ("", None, None),
-        (None, None, None),
-    ],
-)
-def test_pinned_and_sole_values(selector: str | None, pinned: str | None, sole: str | None) -> None:
-    assert pinned_value(selector, "metadata.name") == pinned
-    assert sole_value(selector, "metadata.name") == sole

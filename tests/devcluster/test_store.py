@@ -1,15 +1,9 @@
-import gc
 import json
 
 import pytest
 
-from trainjob_devcluster.storage.selectors import (
-    parse_field_selector,
-    parse_label_selector,
-    pinned_value,
-    sole_value,
-)
-from trainjob_devcluster.storage.store import Event, Expired, Store, dumps
+from trainjob_devcluster.storage.selectors import parse_field_selector, parse_label_selector
+from trainjob_devcluster.storage.store import Expired, Store, dumps
 
 
 def new(name: str, labels: dict[str, str] | None = None, ns: str = "ns") -> dict[str, object]:
@@ -76,53 +70,11 @@ def test_a_closed_watcher_gets_nothing_more_and_is_gone_once_unwatched() -> None
     assert store.watchers("pods") == []
 
 
-def test_watchers_pinned_to_a_name_see_only_that_objects_events() -> None:
-    """A name alone is taken as is; a name with a label or another field term still
-    filters on them (a MODIFIED event that leaves the selection is a DELETED)."""
-    store = Store()
-    seen: dict[str, list[bytes]] = {"name": [], "name+label": [], "name+field": [], "all": []}
-
-    def watch(key: str, labels: str | None, fields: str) -> None:
-        store.watch(
-            "pods",
-            "ns",
-            parse_label_selector(labels),
-            parse_field_selector(fields),
-            seen[key].append,
-            name=pinned_value(fields, "metadata.name"),
-            selector=(labels or "", fields),
-            name_only=sole_value(fields, "metadata.name") is not None,
-        )
-
-    watch("name", None, "metadata.name=a")
-    watch("name+label", "app=x", "metadata.name=a")
-    watch("name+field", None, "metadata.name=a,metadata.namespace=other")
-    store.watch("pods", "ns", [], parse_field_selector(None), seen["all"].append)
-    a = store.create("pods", new("a", {"app": "x"}))
-    store.create("pods", new("b", {"app": "x"}))
-    store.create("pods", new("a", {"app": "x"}, ns="elsewhere"))
-    a = store.update("pods", new("a", {"app": "y"}), a)
-    store.delete("pods", "ns", "a")
-
-    def summary(key: str) -> list[tuple[str, str, str]]:
-        events = [json.loads(line) for line in seen[key]]
-        return [
-            (e["type"], e["object"]["metadata"]["name"], e["object"]["metadata"]["labels"]["app"])
-            for e in events
-        ]
-
-    assert summary("name") == [("ADDED", "a", "x"), ("MODIFIED", "a", "y"), ("DELETED", "a", "y")]
-    assert summary("name+label") == [("ADDED", "a", "x"), ("DELETED", "a", "y")]
-    assert summary("name+field") == []
-    assert [t for t, _, _ in summary("all")] == ["ADDED", "ADDED", "MODIFIED", "DELETED"]
-    assert sorted(w.name_only for w in store.watchers("pods")) == [False, False, False, True]
-
-
 def _names(objs: list[dict[str, object]]) -> list[tuple[str, str]]:
     return [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objs]  # type: ignore[index]
 
 
-def test_lists_select_by_namespace_and_pinned_name_in_api_order() -> None:
+def test_lists_select_by_namespace_in_api_order() -> None:
     store = Store()
     for ns in ("b", "a"):
         for name in ("y", "x", "z"):
@@ -132,39 +84,35 @@ def test_lists_select_by_namespace_and_pinned_name_in_api_order() -> None:
         ("a", "x"), ("a", "y"), ("a", "z"), ("b", "x"), ("b", "y"), ("b", "z"),
     ]  # fmt: skip
     assert _names(store.list("pods", "b")) == [("b", "x"), ("b", "y"), ("b", "z")]
-    assert _names(store.list("pods", "b", "y")) == [("b", "y")]
-    assert _names(store.list("pods", None, "x")) == [("a", "x"), ("b", "x")]
-    assert store.list("pods", "b", "missing") == []
-    assert store.list("pods", "c", "x") == []
-    assert store.list("pods", None, "missing") == []
-    assert store.list("secrets", "a", "x") == []
+    assert store.list("pods", "c") == []
+    assert store.list("secrets", "a") == []
 
 
-def test_lists_at_a_past_version_select_a_pinned_name() -> None:
+def test_lists_at_a_past_version_undo_later_changes() -> None:
     store = Store()
     x = store.create("pods", new("x", {"v": "1"}))
     store.create("pods", new("x", {"v": "1"}, ns="other"))
     at = store.rv
-    store.update("pods", new("x", {"v": "2"}), x)
+    x2 = store.update("pods", new("x", {"v": "2"}), x)
+    store.update("pods", new("x", {"v": "3"}), x2)
     store.create("pods", new("y"))
     store.delete("pods", "other", "x")
-    past = store.list_at("pods", "ns", at, "x")
+    past = store.list_at("pods", "ns", at)
     assert [(o["metadata"]["labels"], o["metadata"]["resourceVersion"]) for o in past] == [
         ({"v": "1"}, x["metadata"]["resourceVersion"])
     ]
-    assert _names(store.list_at("pods", None, at, "x")) == [("ns", "x"), ("other", "x")]
-    assert store.list_at("pods", "ns", at, "y") == []
-    assert _names(store.list("pods", None, "x")) == [("ns", "x")]
+    assert _names(store.list_at("pods", None, at)) == [("ns", "x"), ("other", "x")]
+    assert _names(store.list("pods")) == [("ns", "x"), ("ns", "y")]
 
 
 def _snapshot(store: Store) -> list[dict[str, object]]:
     return json.loads(json.dumps(store.list("pods")))
 
 
-def test_folded_events_give_back_what_was_committed() -> None:
-    """Past the hot events an event keeps JSON, not dicts: what it decodes to, its watch
-    lines and LISTs at past versions are what they were (integers beyond 64 bits too)."""
-    store = Store(history_size=60, hot_events=4)
+def test_events_give_back_what_was_committed() -> None:
+    """What the window's events hold, their watch lines and LISTs at past versions are
+    what they were (integers beyond 64 bits too)."""
+    store = Store(history_size=60)
     states: dict[int, list[dict[str, object]]] = {store.rv: _snapshot(store)}
     committed: list[tuple[int, str, object, object]] = []
     lines: list[bytes] = []
@@ -189,7 +137,6 @@ def test_folded_events_give_back_what_was_committed() -> None:
 
     events = store.events_since("pods", committed[0][0] - 1)
     assert [e.rv for e in events] == [rv for rv, *_ in committed]
-    assert [e.folded for e in events] == [True] * 26 + [False] * 4
     for event, (_rv, kind, obj, old) in zip(events, committed, strict=True):
         assert (event.type, event.obj) == (kind, obj)
         assert event.old == (None if old is None else json.loads(json.dumps(old)))
@@ -200,8 +147,8 @@ def test_folded_events_give_back_what_was_committed() -> None:
         assert json.loads(json.dumps(store.list_at("pods", None, rv))) == state, rv
 
 
-def test_a_watch_resuming_from_far_back_sees_selector_changes_in_folded_events() -> None:
-    store = Store(hot_events=2)
+def test_a_watch_resuming_from_far_back_sees_selector_changes() -> None:
+    store = Store()
     a = store.create("pods", new("a", {"app": "x"}))
     start = store.rv
     a = store.update("pods", new("a", {"app": "y"}), a)  # leaves app=x
@@ -223,16 +170,3 @@ def test_a_watch_resuming_from_far_back_sees_selector_changes_in_folded_events()
         (None, "filler1"),
         (None, "filler2"),
     ]
-
-
-@pytest.mark.parametrize("hot", [50, 20, 5])
-def test_the_window_holds_no_more_events_than_it_keeps(hot: int) -> None:
-    """Each hot event refers to the one before it on its object until it folds: that
-    reference must never keep events alive past the window."""
-    store = Store(history_size=20, hot_events=hot)
-    obj = store.create("pods", new("a"))
-    for i in range(500):
-        obj = store.update("pods", new("a", {"i": str(i)}), obj)
-    gc.collect()
-    alive = [o for o in gc.get_objects() if isinstance(o, Event)]
-    assert len(alive) <= 21

@@ -10,7 +10,7 @@ from typing import Any
 from ..auth.authz import User
 from ..auth.tokens import TokenIssuer
 from ..common.resources import ResourceType
-from ..storage.store import dumps, dumps_object
+from ..storage.store import dumps
 from . import discovery, openapi, printers
 from .httpserver import Request, Response
 
@@ -94,4 +94,4 @@ class NonResourcePaths:
                 resource, objects, list_meta=body.get("metadata") if items is not None else None
             )
             return Response(code, dumps(table), "application/json;as=Table;v=v1;g=meta.k8s.io")
-        return Response(code, dumps_object(body))
+        return Response(code, dumps(body))

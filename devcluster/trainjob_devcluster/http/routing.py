@@ -18,14 +18,11 @@ class Route:
 
 
 class Registry:
-    """Resource types by (group/version, plural), and the routes found so far."""
+    """Resource types by (group/version, plural)."""
 
     def __init__(self, resources: list[ResourceType]) -> None:
         self.resources = resources
         self._by_gv = {(r.group_version, r.plural): r for r in resources}
-        # route()'s answers by (method, path, watch flag): all a route depends on, as the
-        # resource types never change. Bounded: the oldest entry goes when it is full.
-        self.routes: dict[tuple[str, str, bool], Route] = {}
 
     def find(self, group_version: str, plural: str) -> ResourceType | None:
         return self._by_gv.get((group_version, plural))
@@ -53,23 +50,9 @@ def _verb(method: str, has_name: bool, query: Mapping[str, str]) -> str:
     return _VERBS_BY_METHOD.get(method, "")
 
 
-ROUTES_LIMIT = 4096
-
-
 def route(registry: Registry, method: str, path: str, query: Mapping[str, str]) -> Route:
     """Resolve ``/api/v1/...`` and ``/apis/GROUP/VERSION/...`` paths; anything else is
     returned with ``resource=None`` and an empty verb."""
-    key = (method, path, method == "GET" and query_flag(query, "watch"))
-    found = registry.routes.get(key)
-    if found is None:
-        found = _route(registry, method, path, query)
-        if len(registry.routes) >= ROUTES_LIMIT:
-            del registry.routes[next(iter(registry.routes))]
-        registry.routes[key] = found
-    return found
-
-
-def _route(registry: Registry, method: str, path: str, query: Mapping[str, str]) -> Route:
     parts = [p for p in path.split("/") if p]
     if len(parts) >= 2 and parts[0] == "api":
         group_version, rest = parts[1], parts[2:]

@@ -20,8 +20,6 @@ __all__ = [
     "labels_match",
     "parse_field_selector",
     "parse_label_selector",
-    "pinned_value",
-    "sole_value",
 ]
 
 
@@ -213,24 +211,3 @@ def parse_field_selector(text: str | None) -> Callable[[Mapping[str, Any]], bool
         return all((field_value(obj, key) == value) == equal for key, equal, value in terms)
 
     return predicate
-
-
-def sole_value(text: str | None, path: str) -> str | None:
-    """The value of a field selector that is ``path=value`` and nothing else, if it is."""
-    if not text:
-        return None
-    terms = _field_terms(text)
-    if len(terms) == 1 and terms[0][0] == path and terms[0][1]:
-        return terms[0][2]
-    return None
-
-
-def pinned_value(text: str | None, path: str) -> str | None:
-    """The value a field selector requires ``path`` to have (``metadata.name=x``), if any:
-    only objects whose field_value is that value can match it."""
-    if not text:
-        return None
-    for key, equal, value in _field_terms(text):
-        if equal and key == path:
-            return value
-    return None
