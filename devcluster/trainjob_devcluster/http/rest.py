@@ -12,7 +12,7 @@ from ..common.resources import ResourceType
 from ..common.status import ApiError
 from ..schema.schema import StructuralSchema
 from ..storage import objects
-from ..storage.apply import apply_for_store
+from ..storage.apply import server_side_apply
 from ..storage.fieldmanager import manager_from_user_agent, track_update
 from ..storage.objectmeta import validate_name
 from ..storage.patches import (
@@ -23,7 +23,6 @@ from ..storage.patches import (
     strategic_merge_patch,
 )
 from ..storage.store import Obj, Store
-from ..storage.typedops import json_copy
 from . import bodies
 from .routing import query_flag
 
@@ -92,10 +91,8 @@ class ResourceApi:
             raise status.conflict(r.qualified, r.group, r.plural, call.info.name)
 
     def _admit(self, call: Call, obj: Obj, old: Obj | None) -> Obj:
-        """``obj`` pruned, defaulted and validated as the CRD's schema says: ``obj`` itself
-        when pruning and defaulting have nothing to do (the usual status write, whose
-        status may be part of the request or of the stored object), else a copy of the
-        parts that are not ``obj``'s own (_private_copy), pruned and defaulted in place."""
+        """``obj`` (the write's own object) pruned and defaulted in place and validated,
+        as the CRD's schema says."""
         resource = call.resource
         causes: list[status.Cause] = []
         if old is None:
@@ -105,12 +102,8 @@ class ResourceApi:
             )
         schema = self.schema(resource)
         if schema is not None:
-            unknown: list[str] = []
-            if not schema.admits_as_is(obj, old):
-                obj = _private_copy(call, obj)
-                unknown = schema.prune(obj)
-                schema.apply_defaults(obj)
-            self._unknown_fields(call, unknown)
+            self._unknown_fields(call, schema.prune(obj))
+            schema.apply_defaults(obj)
             causes += schema.validate(
                 obj, old, subresource=call.info.subresource or None, prior=causes
             )
@@ -189,7 +182,6 @@ class ResourceApi:
             api_version=resource.group_version,
             now=objects.rfc3339(self.clock()),
             schema=resource.schema,
-            share=True,
         )
         return Answer(201, self._store(call, new, None))
 
@@ -242,7 +234,6 @@ class ResourceApi:
             api_version=resource.group_version,
             now=objects.rfc3339(self.clock()),
             schema=resource.schema,
-            share=True,
         )
         return Answer(200, self._store(call, new, live))
 
@@ -308,7 +299,7 @@ class ResourceApi:
             if info.subresource:
                 raise self._not_found(resource, info.name)
             config.setdefault("metadata", {})["name"] = info.name
-            applied = apply_for_store(
+            applied = server_side_apply(
                 None,
                 config,
                 manager=manager,
@@ -319,7 +310,7 @@ class ResourceApi:
             )
             return self.create_from(call, applied)
         self._check_rv(call, live, meta.get("resourceVersion"))
-        applied = apply_for_store(
+        applied = server_side_apply(
             live,
             config,
             manager=manager,
@@ -367,16 +358,6 @@ class ResourceApi:
         deleted = self.store.delete(resource.qualified, info.namespace, info.name)
         assert deleted is not None
         return Answer(200, deleted)
-
-
-def _private_copy(call: Call, obj: Obj) -> Obj:
-    """``obj`` as the in-place walks had it before they could be skipped: a write to
-    ``/status`` gets a copy of its status (objects.for_status_update shares the one it
-    was given; the rest is the stored object's, as ever); other writes made a deep copy
-    of their own already (objects.for_create, objects.for_main_update)."""
-    if call.info.subresource == "status" and "status" in obj:
-        return {**obj, "status": json_copy(obj["status"])}
-    return obj
 
 
 def _patch_failure(exc: PatchError) -> ApiError:

@@ -21,14 +21,13 @@ unchanged values, while rules that do read ``oldSelf`` run only where an old val
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import celpy
 
 from ..common.status import Cause
 from .celrules import CelRule
-from .leafchecks import quick_check
 from .schemaformats import BLOCKING_REASONS, DUPLICATE, INVALID, field_message
 from .schemanode import Fault, Node, fault_cause, same
 
@@ -43,9 +42,6 @@ NOT_CHECKED = Cause(
 # Fields of a resource (the root, or an x-kubernetes-embedded-resource) that the schema
 # does not describe but that are never pruned.
 _META_FIELDS = frozenset({"apiVersion", "kind", "metadata"})
-
-
-_ABSENT = object()
 
 
 def _child(field: str | None, name: str) -> str:
@@ -66,11 +62,6 @@ class StructuralSchema:
         ]
         for child in node.children():
             self._compile(child, env)
-            node.rules_below = node.rules_below or child.rules_below
-            node.lists_below = node.lists_below or child.lists_below
-        # After the children: an object's quick check is made of theirs.
-        node.quick = quick_check(node)
-        node.rules_below = node.rules_below or bool(node.rules)
 
     # -- defaulting -----------------------------------------------------------------
 
@@ -89,32 +80,6 @@ class StructuralSchema:
         removed: list[str] = []
         _prune(obj, self._root, "", removed, resource=True)
         return removed
-
-    # -- both, without changing the object ---------------------------------------------
-
-    def admits_as_is(self, obj: dict[str, Any], stored: dict[str, Any] | None = None) -> bool:
-        """Whether ``prune`` and ``apply_defaults`` would change nothing in ``obj``: no
-        unknown field to drop, no null to drop or default, no default missing. Then a
-        write can store ``obj`` without a copy to prune and default in place: its parts
-        may be the stored object's or the request's (see rest).
-
-        Exact whatever ``obj`` shares (YAML aliases): the in-place walks change nothing
-        as long as every visit sees what it would see first, which is the case when no
-        visit changes anything, and this walk makes the same visits to the same values.
-
-        ``stored``: an object stored before, which was pruned and defaulted then (every
-        stored object of a resource with a schema was); a top-level field of ``obj`` that
-        is that object's very own (a status write's spec) is not walked again.
-        """
-        if stored is None:
-            return _as_is(obj, self._root, resource=True, prune=True)
-        root = self._root
-        if not root.properties and root.additional is None:
-            return _as_is(obj, root, resource=True, prune=True)
-        if any(key not in obj for key, _prop in root.defaulted):
-            return False
-        rest = [(k, v) for k, v in obj.items() if v is not stored.get(k, _ABSENT)]
-        return _items_as_is(rest, root, True, True)
 
     # -- validation -------------------------------------------------------------------
 
@@ -144,24 +109,22 @@ class StructuralSchema:
                 had = subresource in olds
                 node.check(obj[subresource], "", olds.get(subresource), had, faults)
         causes = [fault_cause(f, subresource) for f in faults]
-        if self._root.lists_below and (old is None or not _list_errors(old, self._root, None)):
+        # An old object with duplicates already does not fail on them again (ratcheting).
+        if old is None or not _list_errors(old, self._root, None):
             causes.extend(_list_errors(obj, self._root, None))
         if any(c.reason in BLOCKING_REASONS for c in (*prior, *causes)):
             causes.append(NOT_CHECKED)
-        elif self._root.rules_below:
+        else:
             _run_rules(self._root, obj, old, old is not None, None, causes)
         return causes
 
 
-# -- helpers (module functions: recursion without attribute lookups on self) -----------
+# -- helpers -----------------------------------------------------------------------
 
 
 def _default(value: Any, node: Node) -> None:
-    kind = type(value)
-    if kind is dict:
+    if type(value) is dict:
         props, extra = node.properties, node.additional
-        if not props and extra is None:
-            return
         for key in [k for k, v in value.items() if v is None]:
             prop = props.get(key) or extra
             if prop is not None and not prop.nullable:
@@ -169,120 +132,36 @@ def _default(value: Any, node: Node) -> None:
                     value[key] = copy.deepcopy(prop.default)
                 else:
                     del value[key]
-        for key, prop in node.defaulted:
-            if key not in value:
+        for key, prop in props.items():
+            if prop.has_default and key not in value:
                 value[key] = copy.deepcopy(prop.default)
         for key, item in value.items():
-            # Only maps and lists have anything below them to default.
-            if type(item) is dict or type(item) is list:
-                prop = props.get(key) or extra
-                if prop is not None:
-                    _default(item, prop)
-    elif kind is list and node.items is not None:
+            prop = props.get(key) or extra
+            if prop is not None:
+                _default(item, prop)
+    elif type(value) is list and node.items is not None:
         items = node.items
         for i, item in enumerate(value):
             if item is None and not items.nullable and items.has_default:
                 value[i] = item = copy.deepcopy(items.default)
-            if type(item) is dict or type(item) is list:
-                _default(item, items)
+            _default(item, items)
 
 
 def _prune(value: Any, node: Node, path: str, removed: list[str], *, resource: bool) -> None:
-    kind = type(value)
-    if kind is dict:
-        props, extra = node.properties, node.additional
+    if type(value) is dict:
         for key in list(value):
             if resource and key in _META_FIELDS:
                 continue
-            prop = props.get(key) or extra
+            sub = f"{path}.{key}" if path else key
+            prop = node.properties.get(key) or node.additional
             if prop is not None:
-                # Nothing is pruned from a scalar: no path to build for it.
-                item = value[key]
-                if type(item) is dict or (type(item) is list and prop.items is not None):
-                    sub = f"{path}.{key}" if path else key
-                    _prune(item, prop, sub, removed, resource=prop.embedded)
+                _prune(value[key], prop, sub, removed, resource=prop.embedded)
             elif not node.preserve_unknown:
-                removed.append(f"{path}.{key}" if path else key)
+                removed.append(sub)
                 del value[key]
-    elif kind is list and node.items is not None:
+    elif type(value) is list and node.items is not None:
         for i, item in enumerate(value):
             _prune(item, node.items, f"{path}[{i}]", removed, resource=node.items.embedded)
-
-
-# The walk of StructuralSchema.admits_as_is: per node, what would make _prune or
-# _default change something there.
-
-
-def _as_is(value: Any, node: Node, *, resource: bool, prune: bool) -> bool:
-    """Whether ``value`` is pruned (if ``prune``: not in a resource's metadata) and
-    defaulted already."""
-    kind = type(value)
-    if kind is dict:
-        return _map_as_is(value, node, resource, prune)
-    if kind is list and node.items is not None:
-        return _list_as_is(value, node.items, prune)
-    return True
-
-
-def _map_as_is(value: dict[str, Any], node: Node, resource: bool, prune: bool) -> bool:
-    props, extra = node.properties, node.additional
-    if not props and extra is None:
-        # _default stops here; _prune drops every key but a resource's own fields.
-        if not prune or node.preserve_unknown:
-            return True
-        return all(resource and key in _META_FIELDS for key in value)
-    if _settled(value, node):
-        return True
-    for key, _prop in node.defaulted:
-        if key not in value:
-            return False
-    return _items_as_is(value.items(), node, resource, prune)
-
-
-def _items_as_is(items: Iterable[tuple[str, Any]], node: Node, resource: bool, prune: bool) -> bool:
-    """_map_as_is for these members of a map whose defaults are all there."""
-    props, extra = node.properties, node.additional
-    for key, item in items:
-        prop = props.get(key) or extra
-        prunes_below = prune and not (resource and key in _META_FIELDS)
-        if prop is None:
-            if prunes_below and not node.preserve_unknown:
-                return False
-        elif item is None:
-            if not prop.nullable:
-                return False
-        elif (type(item) is dict or type(item) is list) and not _as_is(
-            item, prop, resource=prop.embedded, prune=prunes_below
-        ):
-            return False
-    return True
-
-
-def _settled(value: dict[str, Any], node: Node) -> bool:
-    """A cheaper test of _map_as_is for the usual leaf map of a write, true only where
-    it is: every key known (nothing pruned), every default there (nothing added) and
-    every value a scalar other than null (nothing below, no null to drop or default)."""
-    if node.additional is None and not value.keys() <= node.properties.keys():
-        return False
-    for key, _prop in node.defaulted:
-        if key not in value:
-            return False
-    for item in value.values():
-        if item is None or type(item) is dict or type(item) is list:
-            return False
-    return True
-
-
-def _list_as_is(value: list[Any], items: Node, prune: bool) -> bool:
-    for item in value:
-        if item is None:
-            if not items.nullable and items.has_default:
-                return False
-        elif (type(item) is dict or type(item) is list) and not _as_is(
-            item, items, resource=items.embedded, prune=prune
-        ):
-            return False
-    return True
 
 
 def _list_errors(value: Any, node: Node, field: str | None) -> list[Cause]:
@@ -292,9 +171,9 @@ def _list_errors(value: Any, node: Node, field: str | None) -> list[Cause]:
     if kind is dict:
         for key, item in value.items():
             prop = node.properties.get(key)
-            if prop is not None and prop.lists_below:
+            if prop is not None:
                 out.extend(_list_errors(item, prop, _child(field, key)))
-            elif prop is None and node.additional is not None and node.additional.lists_below:
+            elif node.additional is not None:
                 out.extend(_list_errors(item, node.additional, f"{field or ''}[{key}]"))
     elif kind is list:
         if node.list_type == "map":
@@ -307,7 +186,7 @@ def _list_errors(value: Any, node: Node, field: str | None) -> list[Cause]:
                     out.append(Cause(DUPLICATE, field_message(DUPLICATE, item, ""), where))
                 else:
                     seen.append(item)
-        if node.items is not None and node.items.lists_below:
+        if node.items is not None:
             for i, item in enumerate(value):
                 out.extend(_list_errors(item, node.items, f"{field or ''}[{i}]"))
     return out
@@ -330,25 +209,6 @@ def _map_list_errors(value: list[Any], node: Node, field: str) -> list[Cause]:
         else:
             seen.add(key)
     return out
-
-
-# Causes _run_rules found on a value compared with itself (a subtree a write did not
-# touch, shared with the stored object), by (node, value, field): a pure function of them,
-# and stored values never change.
-_UNTOUCHED: dict[tuple[int, int, str | None], tuple[Node, Any, tuple[Cause, ...]]] = {}
-_UNTOUCHED_LIMIT = 4096
-
-
-def _run_untouched(node: Node, value: Any, field: str | None, out: list[Cause]) -> None:
-    key = (id(node), id(value), field)
-    known = _UNTOUCHED.get(key)
-    if known is None or known[0] is not node or known[1] is not value:
-        found: list[Cause] = []
-        _run_rules(node, value, value, True, field, found)
-        if len(_UNTOUCHED) >= _UNTOUCHED_LIMIT:
-            del _UNTOUCHED[next(iter(_UNTOUCHED))]
-        known = _UNTOUCHED[key] = (node, value, tuple(found))
-    out.extend(known[2])
 
 
 def _run_rules(
@@ -376,23 +236,16 @@ def _run_rules(
         for key, item in value.items():
             prop = props.get(key)
             if prop is not None:
-                if not prop.rules_below:
-                    continue
                 sub = _child(field, key)
             elif extra is not None:
-                if not extra.rules_below:
-                    continue
                 prop, sub = extra, f"{field or ''}[{key}]"
             else:
                 continue
             if olds is not None and key in olds:
-                if item is olds[key] and item is not None:
-                    _run_untouched(prop, item, sub, out)
-                else:
-                    _run_rules(prop, item, olds[key], True, sub, out)
+                _run_rules(prop, item, olds[key], True, sub, out)
             else:
                 _run_rules(prop, item, None, False, sub, out)
-    elif kind is list and node.items is not None and node.items.rules_below:
+    elif kind is list and node.items is not None:
         items = node.items
         by_key = (
             {node.map_key(o): o for o in old}

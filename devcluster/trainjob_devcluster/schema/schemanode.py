@@ -37,14 +37,6 @@ INT_RANGES = {
     "uint64": (0, 2**64 - 1),
     "": (-(2**63), 2**63 - 1),  # any other format: int64
 }
-_PLAIN_TYPES = {
-    "string": frozenset({str}),
-    "integer": frozenset({int}),
-    "number": frozenset({int, float}),
-    "boolean": frozenset({bool}),
-    "array": frozenset({list}),
-    "object": frozenset({dict}),
-}
 _FLOAT32_MAX = 3.4028234663852886e38
 _JSON_INT_LIMIT = 2.0**53
 
@@ -108,13 +100,11 @@ class Node:
     # One attribute per constraint, read once from the schema dict.
     # fmt: off
     __slots__ = (
-        "additional", "default", "defaulted", "embedded", "enum", "enum_detail", "excl_max",
-        "excl_min", "format", "format_check", "has_default", "int_or_string", "items",
-        "list_keys", "list_type", "lists_below", "max_items", "max_length", "max_props",
-        "maximum", "min_items", "min_length", "min_props", "minimum", "multiple_of", "nullable",
-        "number_checks", "pattern", "pattern_re", "plain_types", "preserve_unknown",
-        "properties", "quick", "raw", "required", "rules", "rules_below", "string_checks",
-        "type",
+        "additional", "default", "embedded", "enum", "enum_detail", "excl_max", "excl_min",
+        "format", "format_check", "has_default", "int_or_string", "items", "list_keys",
+        "list_type", "max_items", "max_length", "max_props", "maximum", "min_items",
+        "min_length", "min_props", "minimum", "multiple_of", "nullable", "pattern",
+        "pattern_re", "preserve_unknown", "properties", "raw", "required", "rules", "type",
     )
     # fmt: on
 
@@ -153,39 +143,11 @@ class Node:
         self.embedded = bool(raw.get("x-kubernetes-embedded-resource"))
         self.has_default = "default" in raw
         self.default: Any = raw.get("default")
-        # The properties with a default, in schema order (the order defaults are set in).
-        self.defaulted = tuple((k, p) for k, p in self.properties.items() if p.has_default)
         self.list_type: str | None = raw.get("x-kubernetes-list-type")
         self.list_keys: tuple[str, ...] = tuple(raw.get("x-kubernetes-list-map-keys", ()))
-        # Fast paths for the common case of a well-typed value: the Python types that pass
-        # the type check outright, and whether the string/number validators have work.
-        self.plain_types = _PLAIN_TYPES.get(self.type or "", frozenset())
-        if self.type is None and not self.int_or_string:
-            self.plain_types = frozenset({str, int, float, bool, list, dict})
-        elif self.int_or_string:
-            self.plain_types = frozenset({str, int})
-        self.string_checks = (
-            self.max_length is not None
-            or self.min_length is not None
-            or self.pattern_re is not None
-            or self.format_check is not None
-        )
-        self.number_checks = (
-            self.type == "integer"
-            or self.format in ("float", "float32")
-            or self.minimum is not None
-            or self.maximum is not None
-            or self.multiple_of is not None
-        )
-        # A test that a value certainly passes check() (None: no such shortcut), so the
-        # common well-formed leaf costs neither a call nor its message path; set by the
-        # owner (StructuralSchema), see leafchecks.
-        self.quick: Callable[[Any], bool] | None = None
-        # Filled in by the owner (StructuralSchema): compiled CEL rules, and whether any
-        # node below carries rules or set/map lists, so those passes skip bare subtrees.
+        # The compiled x-kubernetes-validations rules, filled in by the owner
+        # (StructuralSchema).
         self.rules: list[Any] = []
-        self.rules_below = False
-        self.lists_below = self.list_type in ("set", "map")
 
     def children(self) -> list[Node]:
         out = list(self.properties.values())
@@ -218,17 +180,14 @@ class Node:
                 self._check_enum(value, path, out)
             return
         kind = type(value)
-        if kind not in self.plain_types:
-            if self.type is not None:
-                self._check_type(value, path, out)
-            elif self.int_or_string:
-                self._check_int_or_string(value, path, out)
+        if self.type is not None:
+            self._check_type(value, path, out)
+        elif self.int_or_string:
+            self._check_int_or_string(value, path, out)
         if kind is str:
-            if self.string_checks:
-                self._check_string(value, path, out)
+            self._check_string(value, path, out)
         elif kind is int or kind is float:
-            if self.number_checks:
-                self._check_number(value, path, out)
+            self._check_number(value, path, out)
         elif kind is list:
             self._check_array(value, path, old, has_old, out)
         if self.enum is not None:
@@ -339,11 +298,7 @@ class Node:
                 if olds is not None and self.list_type == "map"
                 else None
             )
-            quick = items.quick
             for i, item in enumerate(value):
-                # An item the quick test passes has no fault, ratcheted or not.
-                if quick is not None and quick(item):
-                    continue
                 sub = f"{path}[{i}]"
                 if by_key is not None:
                     found = by_key.get(self.map_key(item), _MISSING)
@@ -384,12 +339,8 @@ class Node:
         for key, item in value.items():
             node = props.get(key)
             if node is not None:
-                if node.quick is not None and node.quick(item):
-                    continue
                 sub = f"{path}.{key}" if path else key
             elif extra is not None:
-                if extra.quick is not None and extra.quick(item):
-                    continue
                 # go-openapi joins additionalProperties paths with a dot even at the root.
                 node, sub = extra, f"{path}.{key}"
             else:

@@ -32,17 +32,10 @@ from .fieldmanager import (
 )
 from .fieldsets import FieldSet, path_string
 from .typed import TypeRef, root_type, typed_errors
-from .typedfields import ensure_named_fields_are_members, fitted_field_set, to_field_set
+from .typedfields import ensure_named_fields_are_members, to_field_set
 from .typedops import Comparison, compare, json_copy, json_equal, merge, remove_items
 
-__all__ = [
-    "LAST_APPLIED",
-    "apply_for_store",
-    "drop_emptied",
-    "server_side_apply",
-    "status_left_to",
-    "take_over",
-]
+__all__ = ["LAST_APPLIED", "server_side_apply", "take_over"]
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 _MAX_ANNOTATIONS_BYTES = 256 * 1024
@@ -79,17 +72,13 @@ def _check_config(config: dict[str, Any], resource: ResourceType, t: TypeRef) ->
     meta = config.get("metadata")
     if isinstance(meta, dict) and meta.get("managedFields") is not None:
         raise status.bad_request("metadata.managedFields must be nil")
-    if resource.schema is None:
-        return to_field_set(config, t)
-    fields = fitted_field_set(config, t)
-    if fields is None:
+    if resource.schema is not None:
         problem = typed_errors(config, t)
         if problem:
             raise status.internal(
                 f"failed to create typed patch object ({_describe(config)}): {problem}"
             )
-        fields = to_field_set(config, t)
-    return fields
+    return to_field_set(config, t)
 
 
 def _owned_part(fields: FieldSet, subresource: str | None, has_status: bool) -> FieldSet:
@@ -130,19 +119,10 @@ def _prune(merged: Any, managed: Managed, last: FieldSet, applied: FieldSet, t: 
     def named(fs: FieldSet) -> FieldSet:
         return ensure_named_fields_are_members(fs, t)
 
-    if last.subset_of(applied):
-        # Nothing applied last time is left out now (the usual case of a manager
-        # re-applying the same fields): the check below would find the same, as
-        # ``managed`` holds ``applied``.
-        return merged
     last_e = named(last)
     owned = FieldSet()
     for versioned in managed.sets.values():
         owned = owned.union(versioned.fields)
-    if last_e.difference(named(owned)).empty():
-        # Everything applied last time is still owned: nothing can go (the usual case of
-        # a manager re-applying the same fields).
-        return merged
     merged_e = named(to_field_set(merged, t))
     first = remove_items(merged, last_e, t)
     first_e = named(to_field_set(first, t))
@@ -194,31 +174,6 @@ def take_over(managed: Managed, key: ManagerKey, diff: Comparison, *, force: boo
             managed.drop(other)
 
 
-def status_left_to(managed: Managed, key: ManagerKey) -> bool:
-    """Whether no manager but ``key`` owns ``.status`` or anything under it.
-
-    Then an apply to ``/status`` can skip comparing the object before and after
-    (take_over), as it cannot make a difference: that result is the live object with
-    only its ``status`` replaced (_reset), and compare skips values that are the very
-    same object, so every path it reports starts with ``f:status``. A set that holds no
-    such path meets none of them: no conflict, and its differences with the changed and
-    removed paths are the set itself. What take_over still does then is drop_emptied.
-    """
-    for other, versioned in managed.sets.items():
-        if other != key:
-            fields = versioned.fields
-            if "f:status" in fields.members or "f:status" in fields.children:
-                return False
-    return True
-
-
-def drop_emptied(managed: Managed, key: ManagerKey) -> None:
-    """take_over where nothing the applier changed is anyone else's: only the other
-    managers' sets that are empty already go."""
-    for other in [k for k, v in managed.sets.items() if k != key and v.fields.empty()]:
-        managed.drop(other)
-
-
 def _sync_last_applied(out: dict[str, Any], config: dict[str, Any]) -> None:
     """kubectl's own server-side applies keep a client-side apply annotation current."""
     meta = out.get("metadata") or {}
@@ -249,39 +204,12 @@ def server_side_apply(
 ) -> dict[str, Any]:
     """The object after ``manager`` applies ``config`` over ``live`` (None: a create).
 
-    Returns a new object (``live`` and ``config`` are untouched) whose
-    ``metadata.managedFields`` account for the apply. Raises ApiError: 400 for a config of
-    another kind or with managedFields, 500 for a config that does not fit the schema, 409
-    for conflicts. resourceVersion, uid, generation and creationTimestamp stay the live
-    object's; preconditions, defaulting and validation are the caller's.
-    """
-    applied: dict[str, Any] = json_copy(
-        apply_for_store(
-            live,
-            config,
-            manager=manager,
-            subresource=subresource,
-            force=force,
-            resource=resource,
-            now=now,
-        )
-    )
-    return applied
-
-
-def apply_for_store(
-    live: dict[str, Any] | None,
-    config: dict[str, Any],
-    *,
-    manager: str,
-    subresource: str | None,
-    force: bool,
-    resource: ResourceType,
-    now: str,
-) -> dict[str, Any]:
-    """server_side_apply without the copy: only the top level and the metadata of the
-    result are its own; everything below may be part of ``live``, of ``config``, or of
-    the managedFields of other stored objects, so nothing below may be changed in place.
+    Returns a new object whose ``metadata.managedFields`` account for the apply; only
+    its top level and its metadata are its own, the values below may be parts of
+    ``live`` or ``config`` (neither is changed). Raises ApiError: 400 for a config of
+    another kind or with managedFields, 500 for a config that does not fit the schema,
+    409 for conflicts. resourceVersion, uid, generation and creationTimestamp stay the
+    live object's; preconditions, defaulting and validation are the caller's.
     """
     t = root_type(resource.schema)
     config_fields = _check_config(config, resource, t)
@@ -305,11 +233,7 @@ def apply_for_store(
     if last is not None and not last.fields.empty():
         merged = _prune(merged, managed, last.fields, applied, t)
     result = _reset(base, merged, subresource, has_status)
-
-    if subresource == "status" and status_left_to(managed, key):
-        drop_emptied(managed, key)
-    else:
-        take_over(managed, key, compare(base, result, t), force=force)
+    take_over(managed, key, compare(base, result, t), force=force)
     # The entry's time moves only when the apply changed the object (before the status or
     # spec of the config was set aside), as a real server decides it: a new manager whose
     # apply changes nothing gets an entry without a time.
@@ -319,9 +243,6 @@ def apply_for_store(
     if mine.empty():
         managed.drop(key)
     else:
-        if last is not None and mine.same(last.fields):
-            # The same set as last time: keep that very set, whose FieldsV1 is known.
-            mine = last.fields
         managed.sets[key].fields = mine
 
     out = dict(result)
@@ -335,5 +256,5 @@ def apply_for_store(
                 meta.pop(name, None)
     if manager == "kubectl" and subresource is None:
         _sync_last_applied(out, config)
-    write_managed_fields(out, managed, share=True)
+    write_managed_fields(out, managed)
     return out

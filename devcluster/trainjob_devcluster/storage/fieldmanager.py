@@ -10,12 +10,11 @@ Identity fields (name, namespace, uid, resourceVersion, ...) are never recorded.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..common.go_text import go_json, go_quote
-from .fieldsets import FieldSet, decode_fields_v1, shared_fields_v1
+from .fieldsets import FieldSet
 from .typed import TypeRef, root_type
 from .typedops import compare
 
@@ -78,9 +77,7 @@ def manager_from_user_agent(user_agent: str | None) -> str:
 
 
 class ManagerKey(NamedTuple):
-    """Who an entry belongs to. Appliers are one entry whatever apiVersion they used.
-
-    (A named tuple: it is a dict key in every step of a write, and compares in C.)"""
+    """Who an entry belongs to. Appliers are one entry whatever apiVersion they used."""
 
     manager: str
     operation: str
@@ -123,10 +120,7 @@ class Managed:
         self.times.pop(key, None)
 
 
-_Decoded = tuple[ManagerKey, FieldSet, str, str | None]
-
-
-def _decode_entry(i: int, entry: Any) -> _Decoded:
+def _decode_entry(i: int, entry: Any) -> tuple[ManagerKey, FieldSet, str, str | None]:
     if not isinstance(entry, dict):
         raise ValueError(f"managed fields entry {i} is not an object")
     operation = entry.get("operation")
@@ -137,21 +131,13 @@ def _decode_entry(i: int, entry: Any) -> _Decoded:
         raise ValueError("apiVersion must not be empty")
     if entry.get("fieldsType") != "FieldsV1":
         raise ValueError(f"invalid fieldsType in managed fields entry {i}")
-    fields = decode_fields_v1(entry.get("fieldsV1") or {})
+    fields = FieldSet.from_fields_v1(entry.get("fieldsV1") or {})
     manager, subresource = entry.get("manager", ""), entry.get("subresource", "")
     if not isinstance(manager, str) or not isinstance(subresource, str):
         raise ValueError(f"managed fields entry {i} has a non-string manager")
     key = ManagerKey(manager, operation, api_version if operation == UPDATE else "", subresource)
     when = entry.get("time")
     return key, fields, api_version, when if isinstance(when, str) else None
-
-
-# Entries encode_managed_fields made for stored objects (which never change), by id, with
-# what they decode to; and the entry made for each (key, set, apiVersion, time), so an
-# entry that did not change is the same dict in the next version of the object.
-_DECODED: dict[int, tuple[dict[str, Any], _Decoded]] = {}
-_MADE: dict[tuple[ManagerKey, int, str, str | None], tuple[FieldSet, dict[str, Any]]] = {}
-_LIMIT = 8192
 
 
 def decode_managed_fields(entries: Any) -> Managed:
@@ -162,11 +148,7 @@ def decode_managed_fields(entries: Any) -> Managed:
     if not isinstance(entries, list):
         raise ValueError("managedFields must be a list")
     for i, entry in enumerate(entries):
-        known = _DECODED.get(id(entry))
-        if known is not None and known[0] is entry:
-            key, fields, api_version, when = known[1]
-        else:
-            key, fields, api_version, when = _decode_entry(i, entry)
+        key, fields, api_version, when = _decode_entry(i, entry)
         managed.sets[key] = VersionedSet(fields, api_version, key.operation == APPLY)
         if when is not None:
             managed.times[key] = when
@@ -190,25 +172,6 @@ def _entry(key: ManagerKey, versioned: VersionedSet, when: str | None) -> dict[s
     return entry
 
 
-def _shared_entry(key: ManagerKey, versioned: VersionedSet, when: str | None) -> dict[str, Any]:
-    """_entry, made once for each distinct content (see _MADE)."""
-    fields = versioned.fields
-    made_key = (key, id(fields), versioned.api_version, when)
-    made = _MADE.get(made_key)
-    if made is not None and made[0] is fields:
-        return made[1]
-    entry = _entry(key, versioned, when)
-    entry["fieldsV1"] = shared_fields_v1(fields)
-    if len(_MADE) >= _LIMIT:
-        del _MADE[next(iter(_MADE))]
-    if len(_DECODED) >= _LIMIT:
-        del _DECODED[next(iter(_DECODED))]
-    _MADE[made_key] = (fields, entry)
-    _DECODED[id(entry)] = (entry, _decode_entry(0, entry))
-    return entry
-
-
-@functools.lru_cache(maxsize=1024)
 def _seconds(when: str | None) -> float:
     if not when:
         return 0
@@ -218,16 +181,11 @@ def _seconds(when: str | None) -> float:
         return 0
 
 
-def encode_managed_fields(managed: Managed, *, share: bool = False) -> list[dict[str, Any]]:
+def encode_managed_fields(managed: Managed) -> list[dict[str, Any]]:
     """The wire form, ordered as a real server orders it: Apply entries before Update
-    entries, then by time, manager, apiVersion and subresource.
-
-    With ``share`` an entry may be one made before with the same content (and its
-    FieldsV1 the set's own, see shared_fields_v1): only for objects that go to the store,
-    which never changes them."""
-    make = _shared_entry if share else _entry
+    entries, then by time, manager, apiVersion and subresource."""
     times = managed.times
-    entries = [make(key, versioned, times.get(key)) for key, versioned in managed.sets.items()]
+    entries = [_entry(key, versioned, times.get(key)) for key, versioned in managed.sets.items()]
     entries.sort(
         key=lambda e: (
             e["operation"],
@@ -248,11 +206,11 @@ def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
 
 
-def write_managed_fields(obj: dict[str, Any], managed: Managed, *, share: bool = False) -> None:
+def write_managed_fields(obj: dict[str, Any], managed: Managed) -> None:
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         meta = obj["metadata"] = {}
-    entries = encode_managed_fields(managed, share=share)
+    entries = encode_managed_fields(managed)
     if entries:
         meta["managedFields"] = entries
     else:
@@ -317,10 +275,8 @@ def track_update(
     api_version: str,
     now: str,
     schema: dict[str, Any] | None,
-    share: bool = False,
 ) -> None:
-    """Set ``new["metadata"]["managedFields"]`` for an Update-type write (``share``: see
-    encode_managed_fields).
+    """Set ``new["metadata"]["managedFields"]`` for an Update-type write.
 
     ``old`` is the stored object (None on create) and ``new`` the object as it will be
     stored: defaults applied and, for the main resource, ``.status`` reset (or, for
@@ -334,4 +290,4 @@ def track_update(
         key = ManagerKey(manager, UPDATE, api_version, subresource or "")
         live = without_managed_fields(old) if old is not None else {}
         record_update(managed, live, without_managed_fields(new), key, now, root_type(schema))
-    write_managed_fields(new, managed, share=share)
+    write_managed_fields(new, managed)

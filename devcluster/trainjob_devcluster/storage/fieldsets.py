@@ -20,13 +20,11 @@ from ..common.go_text import go_json, go_value_string
 __all__ = [
     "FieldSet",
     "Path",
-    "decode_fields_v1",
     "field_pe",
     "index_pe",
     "key_pe",
     "path_string",
     "pe_string",
-    "shared_fields_v1",
     "value_pe",
 ]
 
@@ -96,13 +94,13 @@ def path_string(path: Path) -> str:
 class FieldSet:
     """A set of paths.
 
-    A set is never changed once built: operations return new sets, or one of their
-    operands when the result equals it, and only ``insert`` (for a set being built)
-    mutates. A child node is never empty, so a node is empty exactly when it has no
-    members and no children.
+    A set is never changed once built: operations return new sets (which may share
+    subtrees with their operands), and only ``insert`` (for a set being built) mutates.
+    A child node is never empty, so a node is empty exactly when it has no members and
+    no children.
     """
 
-    __slots__ = ("_v1", "children", "members")
+    __slots__ = ("children", "members")
 
     def __init__(
         self, members: Iterable[str] = (), children: Mapping[str, FieldSet] | None = None
@@ -111,21 +109,6 @@ class FieldSet:
         self.children: dict[str, FieldSet] = (
             {pe: child for pe, child in children.items() if not child.empty()} if children else {}
         )
-        self._v1: dict[str, Any] | None = None
-
-    @classmethod
-    def new(cls) -> FieldSet:
-        """An empty set to build (cheaper than ``FieldSet()``)."""
-        return cls._make(set(), {})
-
-    @classmethod
-    def _make(cls, members: set[str], children: dict[str, FieldSet]) -> FieldSet:
-        """A set owning ``members`` and ``children`` (fresh, with no empty child)."""
-        built = cls.__new__(cls)
-        built.members = members
-        built.children = children
-        built._v1 = None
-        return built
 
     def __repr__(self) -> str:
         return f"FieldSet({self.to_fields_v1()!r})"
@@ -133,7 +116,7 @@ class FieldSet:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, FieldSet):
             return NotImplemented
-        return self.to_fields_v1() == other.to_fields_v1()
+        return self.same(other)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -148,102 +131,44 @@ class FieldSet:
         if not path:
             return
         node = self
-        node._v1 = None
         for pe in path[:-1]:
-            child = node.children.get(pe)
-            if child is None:
-                child = node.children[pe] = FieldSet.new()
-            node = child
-            node._v1 = None
+            node = node.children.setdefault(pe, FieldSet())
         node.members.add(path[-1])
 
     def empty(self) -> bool:
         # No child is empty (see above), so a node with a child is not empty either.
         return not self.members and not self.children
 
-    def has(self, path: Path) -> bool:
-        node: FieldSet | None = self
-        for pe in path[:-1]:
-            node = node.children.get(pe) if node else None
-        return bool(path) and node is not None and path[-1] in node.members
-
-    def child(self, pe: str) -> FieldSet:
-        return self.children.get(pe) or FieldSet()
-
     def same(self, other: FieldSet) -> bool:
         """Whether both hold exactly the same paths."""
-        if self is other:
-            return True
-        if self.members != other.members or self.children.keys() != other.children.keys():
-            return False
-        theirs = other.children
-        return all(mine.same(theirs[pe]) for pe, mine in self.children.items())
+        return set(self.paths()) == set(other.paths())
 
     def subset_of(self, other: FieldSet) -> bool:
         """Whether every path of self is a path of other."""
-        if self is other:
-            return True
-        if not self.members <= other.members:
-            return False
-        theirs = other.children
-        for pe, mine in self.children.items():
-            found = theirs.get(pe)
-            if found is None or not mine.subset_of(found):
-                return False
-        return True
+        return set(self.paths()) <= set(other.paths())
 
     def union(self, other: FieldSet) -> FieldSet:
-        if other is self or not (other.members or other.children):
-            return self
-        if not (self.members or self.children):
-            return other
         children = dict(self.children)
         for pe, theirs in other.children.items():
             mine = children.get(pe)
             children[pe] = theirs if mine is None else mine.union(theirs)
-        return FieldSet._make(self.members | other.members, children)
+        return FieldSet(self.members | other.members, children)
 
     def intersection(self, other: FieldSet) -> FieldSet:
-        if other is self:
-            return self
         children: dict[str, FieldSet] = {}
-        if self.children and other.children:
-            theirs = other.children
-            for pe, mine in self.children.items():
-                found = theirs.get(pe)
-                if found is not None:
-                    both = mine.intersection(found)
-                    if both.members or both.children:
-                        children[pe] = both
-        return FieldSet._make(self.members & other.members, children)
+        for pe, mine in self.children.items():
+            theirs = other.children.get(pe)
+            if theirs is not None:
+                children[pe] = mine.intersection(theirs)
+        return FieldSet(self.members & other.members, children)
 
     def difference(self, other: FieldSet) -> FieldSet:
         """Paths of self that are not paths of other (exact paths, not prefixes)."""
-        if other is self:
-            return FieldSet()
-        if not (other.members or other.children) or not (self.members or self.children):
-            return self
-        members = self.members - other.members if other.members else self.members
-        children = self.children
-        for pe, theirs in other.children.items():
-            mine = self.children.get(pe)
-            if mine is None:
-                continue
-            rest = mine.difference(theirs)
-            if rest is mine:
-                continue
-            if children is self.children:
-                children = dict(children)
-            if rest.members or rest.children:
-                children[pe] = rest
-            else:
-                del children[pe]
-        if children is self.children and len(members) == len(self.members):
-            return self
-        return FieldSet._make(
-            set(members) if members is self.members else members,
-            dict(children) if children is self.children else children,
-        )
+        children: dict[str, FieldSet] = {}
+        for pe, mine in self.children.items():
+            theirs = other.children.get(pe)
+            children[pe] = mine if theirs is None else mine.difference(theirs)
+        return FieldSet(self.members - other.members, children)
 
     def recursive_difference(self, other: FieldSet) -> FieldSet:
         """Like difference, and also drops every path under a member of ``other``."""
@@ -252,13 +177,8 @@ class FieldSet:
             if pe in other.members:
                 continue
             theirs = other.children.get(pe)
-            kept = mine.recursive_difference(theirs) if theirs else mine
-            if kept.members or kept.children:
-                children[pe] = kept
-        return FieldSet._make(self.members - other.members, children)
-
-    def copy(self) -> FieldSet:
-        return FieldSet(self.members, {pe: c.copy() for pe, c in self.children.items()})
+            children[pe] = mine if theirs is None else mine.recursive_difference(theirs)
+        return FieldSet(self.members - other.members, children)
 
     def paths(self, prefix: Path = ()) -> Iterator[Path]:
         """Every member path: this level's members first, then each child, in key order."""
@@ -307,33 +227,3 @@ class FieldSet:
             if not sub.empty():
                 built.children[pe] = sub
         return built
-
-
-# -- the FieldsV1 of stored objects ------------------------------------------------------
-
-# FieldsV1 dicts handed out by shared_fields_v1, by id, with the set each decodes to.
-_KNOWN: dict[int, tuple[dict[str, Any], FieldSet]] = {}
-_KNOWN_LIMIT = 8192
-
-
-def shared_fields_v1(fs: FieldSet) -> dict[str, Any]:
-    """``fs`` as FieldsV1, the same dict on every call: only for objects that are never
-    changed once built (stored objects). decode_fields_v1 of that dict is ``fs`` again,
-    so an unchanged entry of managedFields is encoded and decoded once, not per write."""
-    v1 = fs._v1
-    if v1 is None:
-        v1 = fs._v1 = fs.to_fields_v1()
-        # Checked, not assumed: the memo must give what decoding would.
-        if FieldSet.from_fields_v1(v1).same(fs):
-            if len(_KNOWN) >= _KNOWN_LIMIT:
-                del _KNOWN[next(iter(_KNOWN))]
-            _KNOWN[id(v1)] = (v1, fs)
-    return v1
-
-
-def decode_fields_v1(fields: Any) -> FieldSet:
-    """FieldSet.from_fields_v1, answered from memory for dicts shared_fields_v1 made."""
-    known = _KNOWN.get(id(fields))
-    if known is not None and known[0] is fields:
-        return known[1]
-    return FieldSet.from_fields_v1(fields)

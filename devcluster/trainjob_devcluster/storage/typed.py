@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any
 
 from ..common.go_text import go_sharp_v, go_type, go_v
 from .fieldsets import index_pe, key_pe, pe_string, value_pe
@@ -28,7 +28,6 @@ __all__ = [
     "Scalar",
     "TypeRef",
     "child_type",
-    "has_assoc",
     "item_pe",
     "object_meta",
     "resolve",
@@ -39,23 +38,9 @@ __all__ = [
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-_PLAIN: dict[str, tuple[type, ...]] = {
-    "numeric": (int, float),
-    "string": (str,),
-    "boolean": (bool,),
-    "untyped": (str, int, float, bool),
-}
-
-
 @dataclass(frozen=True)
 class Scalar:
     kind: str  # "numeric", "string", "boolean" or "untyped"
-    assoc_below: ClassVar[bool] = False
-    # Python types of decoded values that certainly fit (a fast path for the checks).
-    plain: frozenset[type] = field(init=False, compare=False, repr=False, default=frozenset())
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "plain", frozenset((type(None), *_PLAIN[self.kind])))
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,14 +50,6 @@ class MapType:
     fields: Mapping[str, TypeRef] = field(default_factory=lambda: _EMPTY)
     element: TypeRef | None = None
     atomic: bool = False
-    # Whether a value of this type can hold an associative list: only there does a
-    # merge with nothing on the other side differ from the value itself (it drops items
-    # with duplicate keys), so elsewhere a merge may hand the value back untouched.
-    assoc_below: bool = field(init=False, default=False, repr=False)
-
-    def __post_init__(self) -> None:
-        below = has_assoc(self.element) or any(has_assoc(t) for t in self.fields.values())
-        object.__setattr__(self, "assoc_below", below)
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,10 +60,6 @@ class ListType:
     associative: bool = False
     keys: tuple[str, ...] = ()
     key_defaults: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-    assoc_below: bool = field(init=False, default=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "assoc_below", self.associative or has_assoc(self.element))
 
 
 @dataclass(frozen=True)
@@ -94,17 +67,10 @@ class Deduced:
     """A value typed by what it is. ``atomic`` maps are replaced whole, others merge."""
 
     atomic: bool = False
-    # Deduced lists are atomic: there is never an associative list below.
-    assoc_below: ClassVar[bool] = False
 
 
 TypeRef = Scalar | MapType | ListType | Deduced
 Atom = Scalar | MapType | ListType
-
-
-def has_assoc(t: TypeRef | None) -> bool:
-    """Whether a value of type ``t`` may hold an associative list."""
-    return t is not None and t.assoc_below
 
 
 DEDUCED = Deduced(atomic=False)

@@ -12,23 +12,13 @@ treated as a plain leaf replaced whole rather than as errors.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from .fieldsets import FieldSet, Path, field_pe
-from .typed import (
-    DEDUCED,
-    Atom,
-    Deduced,
-    ListType,
-    MapType,
-    Scalar,
-    TypeRef,
-    child_type,
-    item_pe,
-    resolve,
-)
+from .typed import Atom, ListType, MapType, Scalar, TypeRef, child_type, item_pe, resolve
 from .typedfields import index_items
 
 __all__ = [
@@ -50,7 +40,7 @@ MISSING = _Absent.MISSING
 
 
 def json_copy(value: Any) -> Any:
-    """A deep copy of a JSON value (much cheaper than copy.deepcopy on large objects)."""
+    """A deep copy of a JSON value."""
     if isinstance(value, dict):
         return {k: json_copy(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -60,26 +50,14 @@ def json_copy(value: Any) -> Any:
 
 def json_equal(a: Any, b: Any) -> bool:
     """Deep equality of JSON values where ``true`` is not ``1`` but ``1`` is ``1.0``."""
-    if a is b:
-        # Merged objects share untouched subtrees with their inputs.
-        return True
-    if a != b:
-        # Equal JSON values are equal in Python (which also takes true for 1): a cheap no.
-        return False
-    return _json_equal(a, b)
-
-
-def _json_equal(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return a == b
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and bool(a == b)
 
 
@@ -88,15 +66,12 @@ def _json_equal(a: Any, b: Any) -> bool:
 
 @dataclass
 class Comparison:
-    added: FieldSet = field(default_factory=FieldSet.new)
-    modified: FieldSet = field(default_factory=FieldSet.new)
-    removed: FieldSet = field(default_factory=FieldSet.new)
-
-    def same(self) -> bool:
-        return self.added.empty() and self.modified.empty() and self.removed.empty()
+    added: FieldSet = field(default_factory=FieldSet)
+    modified: FieldSet = field(default_factory=FieldSet)
+    removed: FieldSet = field(default_factory=FieldSet)
 
 
-def _same_shape(atom: Any, value: Any) -> bool:
+def _same_shape(atom: Atom, value: Any) -> bool:
     if value is MISSING or value is None:
         return True
     if isinstance(atom, ListType):
@@ -120,54 +95,52 @@ def _is_leaf(atom: Atom, lhs: Any, rhs: Any) -> bool:
     return not _filled(lhs) and not _filled(rhs)
 
 
-def _merge(lhs: Any, rhs: Any, t: TypeRef) -> Any:
-    if rhs is MISSING:
-        if not t.assoc_below:
-            # Rebuilding would give an equal value: hand back the very same one.
-            return lhs
-        atom = resolve(t, lhs)
-    else:
-        if lhs is MISSING and not t.assoc_below:
-            return rhs
-        atom = resolve(t, rhs) if isinstance(t, Deduced) else t
-    if type(atom) is MapType and type(lhs) is dict and type(rhs) is dict:
-        # The usual node: two maps to merge key by key (unless atomic or both empty).
-        if atom.atomic or not (lhs or rhs):
-            return rhs
-        return _merge_map(lhs, rhs, atom)
+# What the walk does with a node it treats whole (MISSING on a side that lacks it), and
+# with a map or list once it has walked what is below it.
+Leaf = Callable[[Any, Any, Path], Any]
+Hook = Callable[[Any, Any, Path], None]
+
+
+def _walk(lhs: Any, rhs: Any, t: TypeRef, path: Path, leaf: Leaf, hook: Hook) -> Any:
+    """One walk over both values for merge and compare: maps key by key, associative
+    lists item by item, everything else handed to ``leaf`` whole."""
+    atom = resolve(t, lhs if rhs is MISSING else rhs)
     if _is_leaf(atom, lhs, rhs):
-        return lhs if rhs is MISSING else rhs
+        return leaf(lhs, rhs, path)
     if isinstance(atom, MapType):
-        return _merge_map(
-            lhs if isinstance(lhs, dict) else {}, rhs if isinstance(rhs, dict) else {}, atom
-        )
-    merged = _merge_list(lhs, rhs, atom) if isinstance(atom, ListType) else None
-    if merged is None:
-        return lhs if rhs is MISSING else rhs
-    return merged
-
-
-def _merge_map(left: dict[str, Any], right: dict[str, Any], atom: MapType) -> dict[str, Any]:
-    fields, element = atom.fields, atom.element or DEDUCED
-    out: dict[str, Any] = {}
-    for key, item in left.items():
-        other = right.get(key, MISSING)
-        child = fields.get(key) or element
-        if other is MISSING:
-            out[key] = _merge(item, other, child) if child.assoc_below else item
-        elif type(child) is Scalar:
-            out[key] = other
-        else:
-            out[key] = _merge(item, other, child)
-    if not left.keys() >= right.keys():
-        for key, item in right.items():
-            if key not in left:
-                child = fields.get(key) or element
-                out[key] = _merge(MISSING, item, child) if child.assoc_below else item
+        out: Any = _walk_map(lhs, rhs, atom, path, leaf, hook)
+    else:
+        assert isinstance(atom, ListType)
+        out = _walk_list(lhs, rhs, atom, path, leaf, hook)
+        if out is None:  # an item without a key: the list is a leaf
+            return leaf(lhs, rhs, path)
+    hook(lhs, rhs, path)
     return out
 
 
-def _merge_list(lhs: Any, rhs: Any, atom: ListType) -> list[Any] | None:
+def _walk_map(
+    lhs: Any, rhs: Any, atom: MapType, path: Path, leaf: Leaf, hook: Hook
+) -> dict[str, Any]:
+    left = lhs if isinstance(lhs, dict) else {}
+    right = rhs if isinstance(rhs, dict) else {}
+    out: dict[str, Any] = {}
+    for key in [*left, *(k for k in right if k not in left)]:
+        walked = _walk(
+            left.get(key, MISSING),
+            right.get(key, MISSING),
+            child_type(atom, key),
+            (*path, "f:" + key),
+            leaf,
+            hook,
+        )
+        if walked is not MISSING:
+            out[key] = walked
+    return out
+
+
+def _walk_list(
+    lhs: Any, rhs: Any, atom: ListType, path: Path, leaf: Leaf, hook: Hook
+) -> list[Any] | None:
     left = index_items(atom, lhs if isinstance(lhs, list) else [])
     right = index_items(atom, rhs if isinstance(rhs, list) else [])
     if left is None or right is None:
@@ -177,7 +150,11 @@ def _merge_list(lhs: Any, rhs: Any, atom: ListType) -> list[Any] | None:
     out: list[Any] = []
 
     def take(pe: str) -> None:
-        out.append(_merge(lfound.get(pe, MISSING), rfound.get(pe, MISSING), atom.element))
+        walked = _walk(
+            lfound.get(pe, MISSING), rfound.get(pe, MISSING), atom.element, (*path, pe), leaf, hook
+        )
+        if walked is not MISSING:
+            out.append(walked)
 
     # Items only on the left keep their place; shared items follow the right side's order
     # and items new on the right come where the right side has them.
@@ -220,82 +197,35 @@ def merge(lhs: Any, rhs: Any, t: TypeRef) -> Any:
     """``rhs`` merged over ``lhs``: maps and map lists merge, everything else is replaced.
 
     Parts of the result may be parts of ``lhs`` or ``rhs`` themselves, not copies."""
-    return _merge(lhs, rhs, t)
+
+    def leaf(left: Any, right: Any, _path: Path) -> Any:
+        return left if right is MISSING else right
+
+    return _walk(lhs, rhs, t, (), leaf, lambda *_: None)
 
 
 def compare(lhs: Any, rhs: Any, t: TypeRef) -> Comparison:
     """Which paths ``rhs`` added, modified and removed relative to ``lhs``."""
     result = Comparison()
-    if lhs is not rhs:
-        _compare(lhs, rhs, t, (), result)
+
+    def leaf(left: Any, right: Any, path: Path) -> Any:
+        if left is MISSING:
+            result.added.insert(path)
+        elif right is MISSING:
+            result.removed.insert(path)
+        elif not json_equal(left, right):
+            result.modified.insert(path)
+        return MISSING
+
+    def hook(left: Any, right: Any, path: Path) -> None:
+        # A map or list that one side lacks is added or removed as a whole, too.
+        if left is MISSING:
+            result.added.insert(path)
+        elif right is MISSING:
+            result.removed.insert(path)
+
+    _walk(lhs, rhs, t, (), leaf, hook)
     return result
-
-
-def _compare(lhs: Any, rhs: Any, t: TypeRef, path: Path, result: Comparison) -> None:
-    atom = resolve(t, lhs if rhs is MISSING else rhs) if isinstance(t, Deduced) else t
-    if type(atom) is MapType and type(lhs) is dict and type(rhs) is dict:
-        # The usual node: two maps compared key by key (unless atomic or both empty).
-        if atom.atomic or not (lhs or rhs):
-            _compare_leaf(lhs, rhs, path, result)
-        else:
-            _compare_map(lhs, rhs, atom, path, result)
-        return
-    if _is_leaf(atom, lhs, rhs):
-        _compare_leaf(lhs, rhs, path, result)
-        return
-    if isinstance(atom, MapType):
-        left = lhs if isinstance(lhs, dict) else {}
-        right = rhs if isinstance(rhs, dict) else {}
-        _compare_map(left, right, atom, path, result)
-    elif isinstance(atom, ListType):
-        left_index = index_items(atom, lhs if isinstance(lhs, list) else [])
-        right_index = index_items(atom, rhs if isinstance(rhs, list) else [])
-        if left_index is None or right_index is None:
-            _compare_leaf(lhs, rhs, path, result)
-            return
-        lfound, rfound = left_index[1], right_index[1]
-        for pe, item in lfound.items():
-            other = rfound.get(pe, MISSING)
-            if item is not other:
-                _compare(item, other, atom.element, (*path, pe), result)
-        for pe, item in rfound.items():
-            if pe not in lfound:
-                _compare(MISSING, item, atom.element, (*path, pe), result)
-    if lhs is MISSING:
-        result.added.insert(path)
-    elif rhs is MISSING:
-        result.removed.insert(path)
-
-
-def _compare_map(
-    left: dict[str, Any], right: dict[str, Any], atom: MapType, path: Path, result: Comparison
-) -> None:
-    fields, element = atom.fields, atom.element or DEDUCED
-    for key, item in left.items():
-        other = right.get(key, MISSING)
-        # Updated objects share untouched subtrees with the old one: equal.
-        if item is not other:
-            child = fields.get(key) or element
-            if type(child) is not Scalar:
-                _compare(item, other, child, (*path, "f:" + key), result)
-            elif other is MISSING:
-                result.removed.insert((*path, "f:" + key))
-            elif not json_equal(item, other):
-                result.modified.insert((*path, "f:" + key))
-    if not left.keys() >= right.keys():
-        for key, item in right.items():
-            if key not in left:
-                child = fields.get(key) or element
-                _compare(MISSING, item, child, (*path, "f:" + key), result)
-
-
-def _compare_leaf(lhs: Any, rhs: Any, path: Path, result: Comparison) -> None:
-    if lhs is MISSING:
-        result.added.insert(path)
-    elif rhs is MISSING:
-        result.removed.insert(path)
-    elif not json_equal(lhs, rhs):
-        result.modified.insert(path)
 
 
 # -- removal ----------------------------------------------------------------------------
