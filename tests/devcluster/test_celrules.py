@@ -1,4 +1,4 @@
-"""x-kubernetes-validations rules: CEL semantics, messages, and the memo that keeps them cheap."""
+"""x-kubernetes-validations rules: CEL semantics and messages."""
 
 from __future__ import annotations
 
@@ -21,19 +21,16 @@ def failed(message: str, reason: str = "FieldValueInvalid") -> RuleFailure:
     return RuleFailure(reason, message, False)
 
 
-def test_has_only_reads_presence_so_changing_values_hit_the_memo() -> None:
+def test_has_tests_presence() -> None:
     has_time = rule("has(self.lastUpdatedTime)", message="lastUpdatedTime is required")
-    for second in range(30):
-        value = {"progressPercentage": second, "lastUpdatedTime": f"2026-12-02T18:33:{second:02d}Z"}
-        assert has_time.check(value, None, False) is None
-    assert has_time.memo_size == 1
+    value = {"progressPercentage": 1, "lastUpdatedTime": "2026-12-02T18:33:25Z"}
+    assert has_time.check(value, None, False) is None
     assert has_time.check({"progressPercentage": 1}, None, False) == failed(
         "Invalid value: lastUpdatedTime is required"
     )
-    assert has_time.memo_size == 2
 
 
-def test_a_select_chain_reads_only_its_field() -> None:
+def test_a_select_chain_reads_its_field() -> None:
     schema = {
         "type": "object",
         "properties": {"metadata": {"type": "object"}, "status": OBJECT},
@@ -41,13 +38,8 @@ def test_a_select_chain_reads_only_its_field() -> None:
     name_rule = CelRule(
         {"rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"}, schema, root=True
     )
-    for progress in range(20):
-        obj = {
-            "metadata": {"name": "tj-rec", "resourceVersion": str(progress)},
-            "status": {"p": progress},
-        }
-        assert name_rule.check(obj, None, False) is None
-    assert name_rule.memo_size == 1
+    obj = {"metadata": {"name": "tj-rec", "resourceVersion": "7"}, "status": {"p": 7}}
+    assert name_rule.check(obj, None, False) is None
     bad = {"metadata": {"name": "Bad.Name"}}
     assert name_rule.check(bad, None, False) == failed(
         "Invalid value: failed rule: self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"
@@ -60,13 +52,12 @@ def test_root_metadata_exposes_only_name_and_generate_name() -> None:
     assert labels.check({"metadata": {"name": "a", "labels": {"x": "y"}}}, None, False) is None
 
 
-def test_memo_keys_tell_1_from_1_0_and_true() -> None:
+def test_1_1_0_and_true_are_told_apart() -> None:
     is_int = rule("type(self.v) == int")
     assert is_int.check({"v": 1}, None, False) is None
     assert is_int.check({"v": 1.0}, None, False) is not None
     assert is_int.check({"v": True}, None, False) is not None
     assert is_int.check({"v": "1"}, None, False) is not None
-    assert is_int.memo_size == 4
 
 
 def test_values_are_typed_by_the_schema() -> None:
@@ -90,7 +81,7 @@ def test_transition_rule_compares_with_old_self() -> None:
     assert immutable.check("b", "a", True) == failed("Invalid value: field is immutable")
 
 
-def test_a_macro_variable_named_self_is_not_a_projection() -> None:
+def test_a_macro_variable_may_be_named_self() -> None:
     schema = {
         "type": "object",
         "properties": {"l": {"type": "array", "items": {"type": "integer"}}},

@@ -1,19 +1,12 @@
 """x-kubernetes-validations rules, compiled once and evaluated with cel-python.
 
-cel-python interprets a rule in hundreds of microseconds, far too slow to run every rule
-on every write. Each rule is therefore analysed once to learn which parts of ``self`` and
-``oldSelf`` it can observe: a chain of field selections (``self.metadata.name``) needs only
-that value, a ``has()`` test only the presence of its field, and anything else (``self``
-used whole, indexing, macros) the full value. Evaluation builds a hashable key from exactly
-that projection and memoises the outcome on it. CEL is pure, and the projection holds
-everything the expression can read, so a hit returns the very result cel-python would
-compute; a miss converts only the projected values to CEL and runs the program.
+``self`` (and ``oldSelf`` for a transition rule) are the whole values, converted to CEL
+the way the API server types them.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,33 +18,6 @@ from celpy.evaluation import CELEvalError
 
 from .schemaformats import INVALID, field_message, parse_date_time
 
-_ROOTS = ("self", "oldSelf")
-_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
-# Outcomes kept per rule; oldest dropped first. Enough for thousands of objects' names.
-_MEMO_LIMIT = 8192
-_PRESENCE, _SELECT, _FULL = 0, 1, 2
-
-
-class _Need:
-    """What a rule reads of a value: its presence only, some fields, or all of it."""
-
-    __slots__ = ("children", "kind")
-
-    def __init__(self, kind: int = _PRESENCE) -> None:
-        self.kind = kind
-        self.children: dict[str, _Need] = {}
-
-    def add(self, path: tuple[str, ...], presence_only: bool) -> None:
-        node = self
-        for name in path:
-            if node.kind == _FULL:
-                return
-            node.kind = _SELECT
-            node = node.children.setdefault(name, _Need())
-        if not presence_only:
-            node.kind = _FULL
-            node.children.clear()
-
 
 @dataclass(frozen=True)
 class RuleFailure:
@@ -62,33 +28,6 @@ class RuleFailure:
     eval_error: bool
 
 
-def _unwrap(tree: Any) -> Any:
-    """The single meaningful node under a chain of one-child grammar wrappers."""
-    while isinstance(tree, lark.Tree) and tree.data not in ("member", "primary"):
-        kids = [c for c in tree.children if c is not None]
-        if len(kids) != 1:
-            return tree
-        tree = kids[0]
-    return tree
-
-
-def _chain(member: lark.Tree[Any]) -> tuple[str, tuple[str, ...]] | None:
-    """``(root, path)`` if ``member`` is ``root.a.b...`` with root self/oldSelf."""
-    path: list[str] = []
-    node: Any = member
-    while isinstance(node, lark.Tree) and node.data == "member" and len(node.children) == 1:
-        inner = node.children[0]
-        if inner.data == "member_dot":
-            node, ident = inner.children
-            path.append(str(ident))
-            continue
-        if inner.data == "primary" and inner.children[0].data == "ident":
-            name = str(inner.children[0].children[0])
-            return (name, tuple(reversed(path))) if name in _ROOTS else None
-        return None
-    return None
-
-
 def _mentions(tree: lark.Tree[Any], name: str) -> bool:
     return any(
         t.data in ("ident", "dot_ident") and str(t.children[0]) == name
@@ -96,70 +35,7 @@ def _mentions(tree: lark.Tree[Any], name: str) -> bool:
     )
 
 
-def _subtrees(tree: lark.Tree[Any]) -> Iterator[lark.Tree[Any]]:
-    return (c for c in tree.children if isinstance(c, lark.Tree))
-
-
-def _collect(tree: lark.Tree[Any], needs: dict[str, _Need]) -> None:
-    """Record in ``needs`` every use of self/oldSelf, keeping the maximal select chains."""
-    data = tree.data
-    if data == "member":
-        found = _chain(tree)
-        if found is not None:
-            if found[0] in needs:
-                needs[found[0]].add(found[1], presence_only=False)
-            return
-    elif data == "ident_arg" and str(tree.children[0]) == "has":
-        args = [c for c in tree.children[1:] if c is not None]
-        if len(args) == 1 and len(args[0].children) == 1:
-            target = _unwrap(args[0].children[0])
-            found = _chain(target) if isinstance(target, lark.Tree) else None
-            if found is not None and found[1] and found[0] in needs:
-                needs[found[0]].add(found[1], presence_only=True)
-                return
-    elif data == "member_dot_arg" and str(tree.children[1]) in _MACROS:
-        arglist = tree.children[2] if len(tree.children) > 2 else None
-        first = _unwrap(arglist.children[0]) if isinstance(arglist, lark.Tree) else None
-        if isinstance(first, lark.Tree) and _chain(first) in (("self", ()), ("oldSelf", ())):
-            # A macro variable shadowing self/oldSelf: give up on projections.
-            for need in needs.values():
-                need.add((), presence_only=False)
-    elif data == "dot_ident" and str(tree.children[0]) in needs:
-        needs[str(tree.children[0])].add((), presence_only=False)
-    for child in _subtrees(tree):
-        _collect(child, needs)
-
-
-# -- projection keys and CEL values ---------------------------------------------------
-
-
-def _freeze(value: Any) -> Any:
-    """A hashable, type-exact image of decoded JSON (1, 1.0 and True must not collide)."""
-    kind = type(value)
-    if kind is str or value is None:
-        return value
-    if kind is dict:
-        return ("d", *((k, _freeze(v)) for k, v in value.items()))
-    if kind is list:
-        return ("l", *(_freeze(v) for v in value))
-    return (kind.__name__, value)
-
-
-def _key(value: Any, need: _Need) -> Any:
-    kind = need.kind
-    if kind == _FULL:
-        return _freeze(value)
-    if kind == _PRESENCE:
-        return True
-    if type(value) is not dict:
-        return ("!", _freeze(value))
-    # ("s", (name, key), ...) for the selected fields present; a loop, not a generator:
-    # this runs for every rule on every write.
-    parts: list[Any] = ["s"]
-    for n, c in need.children.items():
-        if n in value:
-            parts.append((n, _key(value[n], c)))
-    return tuple(parts)
+# -- CEL values ------------------------------------------------------------------------
 
 
 _META = {
@@ -239,21 +115,6 @@ def _string_to_cel(value: str, fmt: str) -> Any:
     return celtypes.StringType(value)
 
 
-def _project(value: Any, need: _Need, schema: dict[str, Any] | None) -> Any:
-    """The CEL value of the projection: unread values become null, only ever has()-tested."""
-    if need.kind == _PRESENCE:
-        return None
-    if need.kind == _FULL or type(value) is not dict:
-        return to_cel(value, schema)
-    return celtypes.MapType(
-        {
-            celtypes.StringType(n): _project(value[n], c, _field_schema(schema, n))
-            for n, c in need.children.items()
-            if n in value and _visible(schema, n)
-        }
-    )
-
-
 # -- rules ----------------------------------------------------------------------------
 
 
@@ -286,43 +147,16 @@ class CelRule:
         trees = [ast] if message_ast is None else [ast, message_ast]
         # As in the API server, a rule that names oldSelf is a transition rule.
         self.uses_old_self = any(_mentions(tree, "oldSelf") for tree in trees)
-        needs = {"self": _Need()}
-        if self.uses_old_self:
-            needs["oldSelf"] = _Need()
-        for tree in trees:
-            _collect(tree, needs)
-        self._need_self = needs["self"]
-        self._need_old = needs.get("oldSelf", _Need())
-        self._memo: dict[Any, RuleFailure | None] = {}
 
     def _error_label(self) -> str:
         # apiextensions' ruleErrorString: the message if there is one, else the rule.
         return self.message or self.rule.strip()
 
-    @property
-    def memo_size(self) -> int:
-        """How many distinct projections have been evaluated and kept."""
-        return len(self._memo)
-
     def check(self, value: Any, old: Any, has_old: bool) -> RuleFailure | None:
         """None if the rule holds for ``self=value`` (and ``oldSelf=old`` when it has one)."""
-        with_old = has_old and self.uses_old_self
-        key = (
-            _key(value, self._need_self),
-            _key(old, self._need_old) if with_old else None,
-        )
-        if key in self._memo:
-            return self._memo[key]
-        outcome = self._evaluate(value, old, with_old)
-        if len(self._memo) >= _MEMO_LIMIT:
-            del self._memo[next(iter(self._memo))]
-        self._memo[key] = outcome
-        return outcome
-
-    def _evaluate(self, value: Any, old: Any, with_old: bool) -> RuleFailure | None:
-        activation = {"self": _project(value, self._need_self, self._schema)}
-        if with_old:
-            activation["oldSelf"] = _project(old, self._need_old, self._schema)
+        activation = {"self": to_cel(value, self._schema)}
+        if has_old and self.uses_old_self:
+            activation["oldSelf"] = to_cel(old, self._schema)
         try:
             result = self._program.evaluate(activation)
         except CELEvalError as exc:
