@@ -129,6 +129,7 @@ async def test_pipelined_requests_are_answered_in_order(devcluster: DevCluster) 
     assert (third[0], json.loads(third[2])["reason"]) == (404, "NotFound")
     assert all(a[1]["content-type"] == "application/json" for a in (first, second, third))
     assert all("connection" not in a[1] for a in (first, second, third))  # kept alive
+    assert all("server" not in a[1] for a in (first, second, third))  # as kube-apiserver
     await raw.close()
 
 

@@ -102,6 +102,11 @@ def _web_response(response: Response) -> web.Response:
     return web.Response(status=response.status, body=response.body, headers=headers)
 
 
+async def _no_server_header(_request: web.Request, response: web.StreamResponse) -> None:
+    """kube-apiserver names no server software; aiohttp would name itself."""
+    response.headers.popall("Server", None)
+
+
 class HttpServer:
     """Listens on ``host:port`` (TLS when given a context) and serves ``handler``."""
 
@@ -122,6 +127,7 @@ class HttpServer:
         self.max_body = max_body
         app = web.Application(client_max_size=max_body)
         app.router.add_route("*", "/{path:.*}", self._serve)
+        app.on_response_prepare.append(_no_server_header)
         self._runner = web.AppRunner(
             app,
             handle_signals=False,
