@@ -274,3 +274,26 @@ async def test_default_policy_urls_match_as_rbac_matches_them(
     if code == 403:
         user = "system:anonymous" if token is None else SA_USER
         assert body["message"] == f'forbidden: User "{user}" cannot get path "{path}"'
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["Impersonate-User", "Impersonate-Group", "Impersonate-Uid", "Impersonate-Extra-Scopes"],
+)
+async def test_impersonation_is_refused_not_answered_as_the_caller(
+    api: Api, devcluster: DevCluster, header: str
+) -> None:
+    body = {"metadata": {"name": "team-a"}}
+    code, answer, _ = await api.call(
+        "POST", "/api/v1/namespaces", body, headers={header: "system:serviceaccount:mon:x"}
+    )
+    assert code == 403
+    assert (answer["kind"], answer["reason"]) == ("Status", "Forbidden")
+    assert answer["message"] == (
+        f"the development cluster does not serve impersonation ({header} header): "
+        "use a real API server to act as another user"
+    )
+    assert devcluster.get("namespaces", "", "team-a") is None
+    # Authentication comes first, as in kube-apiserver: a stranger is 401 either way.
+    code, _, _ = await api.call("GET", "/api/v1/namespaces", token="nope", headers={header: "x"})
+    assert code == 401

@@ -298,6 +298,20 @@ async def test_kubectl_auth_can_i_as_the_admin(both: Both, args: tuple[str, ...]
     assert real == (0, "yes\n", "")
 
 
+async def test_kubectl_auth_can_i_as_another_user_is_never_a_wrong_yes(both: Both) -> None:
+    """``--as`` makes kubectl send Impersonate-User: the real server answers for that
+    user; the development cluster cannot, so it refuses instead of answering as the admin."""
+    require_kubectl()
+    args = ("auth", "can-i", "get", "/metrics", "--as", "system:serviceaccount:monitoring:default")
+    dev, real = await both.kubectl(*args)
+    assert real == (1, "no\n", "")
+    code, out, err = dev
+    assert code != 0
+    assert "yes" not in out
+    assert "does not serve impersonation" in err
+    assert "use a real API server" in err
+
+
 # -- object answers the server relies on --------------------------------------------------
 
 

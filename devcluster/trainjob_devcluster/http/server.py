@@ -27,6 +27,23 @@ from .routing import Registry, Route, route
 
 MAX_BODY = 3 * 1024 * 1024  # the real server's limit for a request body
 
+_IMPERSONATE = ("impersonate-user", "impersonate-group", "impersonate-uid")
+
+
+def _refuse_impersonation(request: Request) -> None:
+    """kube-apiserver answers as the impersonated user; acting as the caller instead would
+    give a wrong answer (``kubectl auth can-i --as`` saying yes), so refuse outright."""
+    for name in request.headers:
+        lowered = name.lower()
+        if lowered in _IMPERSONATE or lowered.startswith("impersonate-extra-"):
+            raise ApiError(
+                403,
+                "Forbidden",
+                f"the development cluster does not serve impersonation ({name} header): "
+                "use a real API server to act as another user",
+                {},
+            )
+
 
 def json_response(code: int, body: Any, headers: dict[str, str] | None = None) -> Response:
     return Response(code, dumps(body), headers=headers or {})
@@ -113,6 +130,7 @@ class ClusterApp:
         try:
             found = route(self.registry, request.method, request.path, request.query)
             user = self.authenticate(request)
+            _refuse_impersonation(request)
             self.faults.record(found.info, request.headers.get("Content-Type", ""))
             faults = self.faults.take(found.info)
             if faults:
