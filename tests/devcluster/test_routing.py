@@ -41,3 +41,16 @@ def test_the_same_path_is_a_list_or_a_watch_by_its_query() -> None:
     assert route(registry, "GET", path, query(watch="1")).info.verb == "watch"
     assert route(registry, "GET", path, query(watch="false")).info.verb == "list"
     assert route(registry, "DELETE", path, query(watch="true")).info.verb == "deletecollection"
+
+
+def test_paths_below_a_built_in_group_version() -> None:
+    registry = Registry(default_resources())
+    assert registry.under_group_version("/api/v1/nosuchthings")
+    assert registry.under_group_version("/apis/authorization.k8s.io/v1/selfsubjectreviews")
+    # The apiextensions server answers a custom resource group's unknown paths in plain text.
+    assert not registry.under_group_version("/apis/trainer.kubeflow.org/v1alpha1/namespaces/a/x")
+    assert not registry.under_group_version("/api/v1")
+    assert not registry.under_group_version("/apis/trainer.kubeflow.org/v1alpha1")
+    assert not registry.under_group_version("/apis/no.such.group/v1/things")
+    assert not registry.under_group_version("/api/v2/things")
+    assert not registry.under_group_version("/openapi/v3")

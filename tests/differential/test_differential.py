@@ -584,6 +584,24 @@ async def test_what_an_anonymous_caller_may_read(both: Both, path: str) -> None:
         assert dev.body == real.body
 
 
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/api/v1/nosuchthings"),
+        ("POST", "/apis/authorization.k8s.io/v1/nosuchreviews"),
+        ("GET", f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/nosuchthings"),
+        ("GET", "/apis/no.such.group/v1/things"),
+        ("GET", "/no/such/path"),
+    ],
+)
+async def test_an_unknown_path_is_the_same_404(both: Both, method: str, path: str) -> None:
+    """A NotFound Status below a built-in group-version, Go's plain-text 404 elsewhere
+    (below a custom resource's group-version too)."""
+    dev, real = await both.call(method, path, {} if method == "POST" else None)
+    assert (dev.code, dev.body) == (real.code, real.body)
+    assert real.code == 404
+
+
 async def test_a_bad_trainjob_name_and_a_short_token_are_the_same_422(both: Both) -> None:
     both.each("ensure_namespace", NS)
     both.each("create", "serviceaccounts", {"metadata": {"name": "sa"}}, NS)

@@ -23,6 +23,19 @@ class Registry:
     def __init__(self, resources: list[ResourceType]) -> None:
         self.resources = resources
         self._by_gv = {(r.group_version, r.plural): r for r in resources}
+        self._builtin_group_versions = {r.group_version for r in resources if r.builtin}
+
+    def under_group_version(self, path: str) -> bool:
+        """Whether ``path`` lies below a built-in group-version (``/api/v1/x``,
+        ``/apis/g/v/x``): kube-apiserver answers an unknown resource there with a
+        NotFound Status, and a path elsewhere (custom resource groups included) with a
+        plain-text 404."""
+        parts = [p for p in path.split("/") if p]
+        if len(parts) >= 3 and parts[0] == "api":
+            return parts[1] in self._builtin_group_versions
+        if len(parts) >= 4 and parts[0] == "apis":
+            return f"{parts[1]}/{parts[2]}" in self._builtin_group_versions
+        return False
 
     def find(self, group_version: str, plural: str) -> ResourceType | None:
         return self._by_gv.get((group_version, plural))

@@ -169,6 +169,8 @@ class ClusterApp:
         info, resource = found.info, found.resource
         authz.authorize(user, info, resource, self._bindings(info.namespace), self._role)
         if resource is None:
+            if self.registry.under_group_version(request.path):
+                raise status.no_route()
             return self.paths.serve(request, user)
         query = request.query
         verb = info.verb
