@@ -1,4 +1,5 @@
-"""Discovery documents, pinned against recorded kube-apiserver answers (copied as literals)."""
+"""Legacy discovery documents, pinned against recorded kube-apiserver answers (copied as
+literals). Aggregated discovery is not served: kubectl falls back to these."""
 
 from typing import Any
 
@@ -9,16 +10,10 @@ from trainjob_devcluster.common.resources import (
     resource_from_crd,
 )
 from trainjob_devcluster.http import discovery
-from trainjob_devcluster.http.discovery import (
-    AGGREGATED_V2,
-    AGGREGATED_V2BETA1,
-    JSON,
-    Answer,
-    discover,
-    negotiate,
-)
+from trainjob_devcluster.http.discovery import JSON, Answer, discover
 
-# The Accept header kubectl v1.32 sends for /api and /apis (h_apis_aggregated).
+# The Accept header kubectl v1.32 sends for /api and /apis: aggregated first, plain JSON
+# last, which is what it gets here.
 KUBECTL_ACCEPT = (
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,"
@@ -52,18 +47,6 @@ def served() -> list[ResourceType]:
         ),
         resource_from_crd(load_trainjob_crd()),
     ]
-
-
-def _custom(version: str) -> ResourceType:
-    return ResourceType(
-        group="example.com",
-        version=version,
-        kind="Widget",
-        plural="widgets",
-        singular="widget",
-        namespaced=True,
-        builtin=False,
-    )
 
 
 def test_version_is_the_dev_cluster_claiming_1_32() -> None:
@@ -180,9 +163,16 @@ def test_create_only_resources_have_no_storage_version_hash() -> None:
     }
 
 
+def _body(path: str, accept: str | None = JSON) -> Any:
+    answer = discover(served(), path, accept, "127.0.0.1:38965")
+    assert answer is not None
+    assert (answer.status, answer.content_type) == (200, JSON)
+    return answer.body
+
+
 def test_api_group_matches_recording() -> None:
     # h_apis_group, verbatim.
-    assert discovery.api_group(served(), "trainer.kubeflow.org") == {
+    assert _body("/apis/trainer.kubeflow.org") == {
         "kind": "APIGroup",
         "apiVersion": "v1",
         "name": "trainer.kubeflow.org",
@@ -195,7 +185,7 @@ def test_api_group_matches_recording() -> None:
 
 
 def test_api_group_list_lists_served_groups_only() -> None:
-    assert discovery.api_group_list(served()) == {
+    assert _body("/apis/", None) == {
         "kind": "APIGroupList",
         "apiVersion": "v1",
         "groups": [
@@ -220,7 +210,7 @@ def test_api_group_list_lists_served_groups_only() -> None:
 
 def test_api_versions_has_no_api_version_field() -> None:
     # h_api: kind, versions, serverAddressByClientCIDRs, and nothing else.
-    assert discovery.api_versions(served(), "127.0.0.1:38965") == {
+    assert _body("/api") == {
         "kind": "APIVersions",
         "versions": ["v1"],
         "serverAddressByClientCIDRs": [
@@ -229,177 +219,11 @@ def test_api_versions_has_no_api_version_field() -> None:
     }
 
 
-def test_versions_are_ordered_ga_beta_alpha() -> None:
-    resources = [_custom("v1alpha1"), _custom("v2beta1"), _custom("v1"), _custom("v1beta2")]
-    group = discovery.api_group(resources, "example.com")
-    assert group is not None
-    assert [v["version"] for v in group["versions"]] == ["v1", "v2beta1", "v1beta2", "v1alpha1"]
-    assert group["preferredVersion"] == {"groupVersion": "example.com/v1", "version": "v1"}
-
-
-RECORDED_TRAINER_GROUP: dict[str, Any] = {
-    "metadata": {"name": "trainer.kubeflow.org"},
-    "versions": [
-        {
-            "version": "v1alpha1",
-            "resources": [
-                {
-                    "resource": "trainjobs",
-                    "responseKind": {
-                        "group": "trainer.kubeflow.org",
-                        "version": "v1alpha1",
-                        "kind": "TrainJob",
-                    },
-                    "scope": "Namespaced",
-                    "singularResource": "trainjob",
-                    "verbs": [
-                        "delete",
-                        "deletecollection",
-                        "get",
-                        "list",
-                        "patch",
-                        "create",
-                        "update",
-                        "watch",
-                    ],
-                    "subresources": [
-                        {
-                            "subresource": "status",
-                            "responseKind": {
-                                "group": "trainer.kubeflow.org",
-                                "version": "v1alpha1",
-                                "kind": "TrainJob",
-                            },
-                            "verbs": ["get", "patch", "update"],
-                        }
-                    ],
-                }
-            ],
-            "freshness": "Current",
-        }
-    ],
-}
-
-
-def test_aggregated_apis_matches_recording_for_our_groups() -> None:
-    body = discovery.aggregated_discovery(served(), core=False)
-    assert body["kind"] == "APIGroupDiscoveryList"
-    assert body["apiVersion"] == "apidiscovery.k8s.io/v2"
-    assert body["metadata"] == {}
-    assert [item["metadata"] for item in body["items"]] == [
-        {"name": "authentication.k8s.io"},
-        {"name": "trainer.kubeflow.org"},
-    ]
-    # h_apis_aggregated: the trainer group verbatim, and tokenreviews' entry.
-    assert body["items"][1] == RECORDED_TRAINER_GROUP
-    assert body["items"][0]["versions"] == [
-        {
-            "version": "v1",
-            "resources": [
-                {
-                    "resource": "tokenreviews",
-                    "responseKind": {"group": "", "version": "", "kind": "TokenReview"},
-                    "scope": "Cluster",
-                    "singularResource": "tokenreview",
-                    "verbs": ["create"],
-                }
-            ],
-            "freshness": "Current",
-        }
-    ]
-
-
-def test_aggregated_api_core_entries_match_recording() -> None:
-    body = discovery.aggregated_discovery(served(), core=True, api_version="v2beta1")
-    assert body["apiVersion"] == "apidiscovery.k8s.io/v2beta1"
-    [core] = body["items"]
-    assert core["metadata"] == {}  # h_api_aggregated: the core group has no name
-    [v1] = core["versions"]
-    assert v1["version"] == "v1"
-    assert v1["freshness"] == "Current"
-    by_name = {r["resource"]: r for r in v1["resources"]}
-    # h_api_aggregated, verbatim.
-    assert by_name["configmaps"] == {
-        "resource": "configmaps",
-        "responseKind": {"group": "", "version": "", "kind": "ConfigMap"},
-        "scope": "Namespaced",
-        "singularResource": "configmap",
-        "verbs": CRUD,
-        "shortNames": ["cm"],
-    }
-    assert by_name["serviceaccounts"] == {
-        "resource": "serviceaccounts",
-        "responseKind": {"group": "", "version": "", "kind": "ServiceAccount"},
-        "scope": "Namespaced",
-        "singularResource": "serviceaccount",
-        "verbs": CRUD,
-        "shortNames": ["sa"],
-        "subresources": [
-            {
-                "subresource": "token",
-                "responseKind": {
-                    "group": "authentication.k8s.io",
-                    "version": "v1",
-                    "kind": "TokenRequest",
-                },
-                "verbs": ["create"],
-            }
-        ],
-    }
-    assert by_name["pods"]["subresources"] == [
-        {
-            "subresource": "status",
-            "responseKind": {"group": "", "version": "", "kind": "Pod"},
-            "verbs": ["get", "patch", "update"],
-        }
-    ]
-
-
-def test_negotiate_discovery_representation() -> None:
-    assert negotiate(KUBECTL_ACCEPT, aggregated=True) == AGGREGATED_V2
-    assert negotiate(KUBECTL_ACCEPT, aggregated=False) == JSON
-    v2beta1_only = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
-    assert negotiate(v2beta1_only, aggregated=True) == AGGREGATED_V2BETA1
-    assert negotiate(v2beta1_only, aggregated=False) is None
-    # Parameter order and spaces do not matter.
-    spaced = "application/json; as=APIGroupDiscoveryList; v=v2; g=apidiscovery.k8s.io"
-    assert negotiate(spaced, aggregated=True) == AGGREGATED_V2
-    assert negotiate(None, aggregated=True) == JSON
-    assert negotiate("", aggregated=True) == JSON
-    assert negotiate("*/*", aggregated=True) == JSON
-    assert negotiate("application/json, */*", aggregated=False) == JSON
-    assert negotiate("application/vnd.kubernetes.protobuf", aggregated=False) is None
-    assert negotiate("application/vnd.kubernetes.protobuf, */*", aggregated=False) == JSON
-    # A higher q wins over listing order; q=0 excludes.
-    assert negotiate(f"application/json;q=0.5,{AGGREGATED_V2}", aggregated=True) == AGGREGATED_V2
-    assert negotiate(f"{AGGREGATED_V2};q=0,application/json", aggregated=True) == JSON
-
-
-def test_discover_routes() -> None:
-    resources = served()
-    aggregated = discover(resources, "/apis", KUBECTL_ACCEPT, "h:1")
-    assert aggregated is not None
-    assert (aggregated.status, aggregated.content_type) == (200, AGGREGATED_V2)
-    assert aggregated.body["items"][1] == RECORDED_TRAINER_GROUP
-    core = discover(resources, "/api", KUBECTL_ACCEPT, "h:1")
-    assert core is not None
-    assert core.content_type == AGGREGATED_V2
-    assert core.body["items"][0]["metadata"] == {}
-    assert discover(resources, "/api", "application/json", "h:1") == Answer(
-        200, JSON, discovery.api_versions(resources, "h:1")
-    )
-    assert discover(resources, "/apis/", None, "h:1") == Answer(
-        200, JSON, discovery.api_group_list(resources)
-    )
-    assert discover(resources, "/version", "application/vnd.kubernetes.protobuf", "h:1") == (
-        Answer(200, JSON, discovery.version_info())
-    )
-    group_version = discover(resources, "/apis/trainer.kubeflow.org/v1alpha1", JSON, "h:1")
-    assert group_version is not None
-    assert group_version.body["groupVersion"] == "trainer.kubeflow.org/v1alpha1"
-    assert discover(resources, "/api/v1", JSON, "h:1") == Answer(
-        200, JSON, discovery.api_resource_list(resources, "", "v1") or {}
-    )
+def test_kubectl_asking_for_aggregated_discovery_gets_the_legacy_documents() -> None:
+    assert _body("/apis", KUBECTL_ACCEPT)["kind"] == "APIGroupList"
+    assert _body("/api", KUBECTL_ACCEPT)["kind"] == "APIVersions"
+    assert _body("/api/v1", "application/vnd.kubernetes.protobuf, */*")["groupVersion"] == "v1"
+    assert _body("/version", "application/vnd.kubernetes.protobuf") == discovery.version_info()
 
 
 def test_discover_unknown_paths_are_none() -> None:
@@ -411,11 +235,11 @@ def test_discover_unknown_paths_are_none() -> None:
     assert discover(resources, "/api/v2", JSON, "h:1") is None
     assert discover(resources, "/apis/trainer.kubeflow.org/v1alpha1/trainjobs", JSON, "h:1") is None
     assert discover(resources, "/healthz", JSON, "h:1") is None
+    assert discover(resources, "/openapi/v3", JSON, "h:1") is None
 
 
 def test_discover_not_acceptable() -> None:
-    answer = discover(served(), "/api/v1", "application/yaml", "h:1")
-    assert answer == Answer(
+    refused = Answer(
         406,
         JSON,
         {
@@ -428,10 +252,8 @@ def test_discover_not_acceptable() -> None:
             "code": 406,
         },
     )
-    aggregated = discover(served(), "/apis", "application/yaml", "h:1")
-    assert aggregated is not None
-    assert aggregated.status == 406
-    assert aggregated.body["message"] == (
-        "only the following media types are accepted: application/json, "
-        f"{AGGREGATED_V2}, {AGGREGATED_V2BETA1}"
-    )
+    aggregated_only = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    for accept in ("application/yaml", "application/vnd.kubernetes.protobuf", aggregated_only):
+        assert discover(served(), "/api/v1", accept, "h:1") == refused
+        assert discover(served(), "/apis", accept, "h:1") == refused
+    assert discover(served(), "/apis", f"{aggregated_only},application/json;q=0", "h:1") == refused

@@ -1,7 +1,5 @@
-"""SubjectAccessReview and SelfSubjectAccessReview (authorization.k8s.io/v1), answered
-from the RBAC evaluation the API server applies to its own requests (authz.py): resource
-and non-resource attributes. A self review (``kubectl auth can-i``) asks about the user
-making the request, whose identity the spec does not carry.
+"""SubjectAccessReview (authorization.k8s.io/v1), answered from the RBAC evaluation the
+API server applies to its own requests (authz.py): resource and non-resource attributes.
 
 As in kube-apiserver, system:masters may do anything, and the paths every user (or
 every authenticated user) may read are allowed without a binding. A review that RBAC
@@ -20,14 +18,13 @@ from . import authz
 from .tokenfmt import object_field, string_field, string_list_field
 
 KIND = "SubjectAccessReview"
-SELF_KIND = "SelfSubjectAccessReview"
 API_VERSION = "authorization.k8s.io/v1"
 _STRUCT = "SubjectAccessReviewSpec"
 
 
-def _attributes(spec: dict[str, Any], kind: str = KIND) -> tuple[RequestInfo, str, bool]:
+def _attributes(spec: dict[str, Any]) -> tuple[RequestInfo, str, bool]:
     """(request info, API group, is a resource request) from the spec's attributes."""
-    struct = f"{kind}Spec"
+    kind, struct = KIND, _STRUCT
     resource = object_field(
         kind,
         spec,
@@ -93,29 +90,6 @@ def review(
         "kind": KIND,
         "apiVersion": API_VERSION,
         "metadata": dict(metadata),
-        "spec": spec,
-        "status": _verdict(user, info, group, is_resource, bindings, role_lookup),
-    }
-
-
-def self_review(
-    body: Mapping[str, Any],
-    user: authz.User,
-    bindings: Callable[[str], Iterable[dict[str, Any]]],
-    role_lookup: Any,
-) -> dict[str, Any]:
-    """The SelfSubjectAccessReview answer (201): the same verdict, for ``user``."""
-    doc = dict(body)
-    spec = (
-        object_field(SELF_KIND, doc, "spec", SELF_KIND, "spec", "v1.SelfSubjectAccessReviewSpec")
-        or {}
-    )
-    info, group, is_resource = _attributes(spec, SELF_KIND)
-    metadata = object_field(SELF_KIND, doc, "metadata", SELF_KIND, "metadata", "v1.ObjectMeta")
-    return {
-        "kind": SELF_KIND,
-        "apiVersion": API_VERSION,
-        "metadata": dict(metadata or {}),
         "spec": spec,
         "status": _verdict(user, info, group, is_resource, bindings, role_lookup),
     }

@@ -196,12 +196,6 @@ def rbac_allows(
     return granting_binding(user, info, group, bindings, role_lookup) is not None
 
 
-# What the default ClusterRole system:basic-user lets every authenticated user create.
-SELF_REVIEWS = frozenset(
-    {"selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews"}
-)
-
-
 def path_allowed(user: User, path: str, verb: str = "get") -> bool:
     """Whether the default policy lets ``user`` ``verb`` a non-resource ``path`` without
     any binding (the discovery and public-info roles only grant get)."""
@@ -219,9 +213,6 @@ def authorize(
     if "system:masters" in user.groups:
         return
     if resource is None and _path_allowed(user, info.path):
-        return
-    self_review = resource is not None and resource.plural in SELF_REVIEWS
-    if self_review and info.verb == "create" and not user.anonymous:
         return
     group = resource.group if resource else ""
     info_for_rbac = info if resource is not None else RequestInfo(info.method, info.path, "get")

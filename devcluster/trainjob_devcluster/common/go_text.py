@@ -1,12 +1,11 @@
-"""How Go prints values, for messages, keys and tables that must match a real API server
-or kubectl byte for byte.
+"""How Go prints values, for messages and keys that must match a real API server byte
+for byte.
 
 A real kube-apiserver builds some texts with ``fmt`` verbs (``%v``, ``%#v``, ``%T``,
-``%q``) applied to decoded JSON, serializes list keys with Go's JSON encoder, and kubectl
-shows ages with apimachinery's ``HumanDuration``. The development cluster keeps its own
-renderings rather than the status server's: it is the reference the server's messages
-are compared with in tests, so a mistake in one shows as a difference instead of
-agreeing with itself.
+``%q``) applied to decoded JSON and serializes list keys with Go's JSON encoder. The
+development cluster keeps its own renderings rather than the status server's: it is the
+reference the server's messages are compared with in tests, so a mistake in one shows as
+a difference instead of agreeing with itself.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ __all__ = [
     "go_type",
     "go_v",
     "go_value_string",
-    "human_duration",
 ]
 
 # strconv.Quote's one-letter escapes; other unprintable runes get \x, \u or \U.
@@ -115,43 +113,6 @@ def go_json_float(f: float) -> str:
     if 1e-6 <= abs(f) < 1e21:
         return _positional(negative, digits, exponent)
     return _scientific(negative, digits, exponent, 1 if exponent < 0 else 2)
-
-
-_MINUTE = 60
-_HOUR = 60 * _MINUTE
-_DAY = 24 * _HOUR
-_YEAR = 365 * _DAY
-_UNIT_NAMES = {1: "s", _MINUTE: "m", _HOUR: "h", _DAY: "d", _YEAR: "y"}
-# HumanDuration's steps: below ``limit`` seconds an age is shown in ``unit``, followed by
-# the remainder in ``detail`` when there is one (and ``detail`` is not None).
-_AGE_STEPS: tuple[tuple[int, int, int | None], ...] = (
-    (2 * _MINUTE, 1, None),
-    (10 * _MINUTE, _MINUTE, 1),
-    (3 * _HOUR, _MINUTE, None),
-    (8 * _HOUR, _HOUR, _MINUTE),
-    (2 * _DAY, _HOUR, None),
-    (8 * _DAY, _DAY, _HOUR),
-    (2 * _YEAR, _DAY, None),
-    (8 * _YEAR, _YEAR, _DAY),
-)
-
-
-def human_duration(seconds: float) -> str:
-    """An age as kubectl shows it (apimachinery's ``duration.HumanDuration``): ``45s``,
-    ``5m30s``, ``3h``, ``2d4h``, ``1y30d``; up to a second in the future reads ``0s``."""
-    whole = int(seconds)  # Go's int() truncates toward zero, as Python's does
-    if whole < -1:
-        return "<invalid>"
-    whole = max(whole, 0)
-    unit, detail = _YEAR, None
-    for limit, step_unit, step_detail in _AGE_STEPS:
-        if whole < limit:
-            unit, detail = step_unit, step_detail
-            break
-    shown = f"{whole // unit}{_UNIT_NAMES[unit]}"
-    if detail is not None and whole % unit >= detail:
-        shown += f"{whole % unit // detail}{_UNIT_NAMES[detail]}"
-    return shown
 
 
 def _is_int(value: Any) -> bool:

@@ -31,7 +31,6 @@ class ResourceType:
     categories: tuple[str, ...] = ()
     subresources: tuple[str, ...] = ()
     schema: dict[str, Any] | None = None
-    printer_columns: tuple[dict[str, Any], ...] = ()
     # Built-in objects (pods, namespaces, ...) accept strategic merge patches; custom
     # resources answer them 415, as a real API server does.
     builtin: bool = True
@@ -102,7 +101,6 @@ def resource_from_crd(crd: dict[str, Any]) -> ResourceType:
         categories=tuple(names.get("categories", ())),
         subresources=tuple(sorted(version.get("subresources", {}))),
         schema=version["schema"]["openAPIV3Schema"],
-        printer_columns=tuple(version.get("additionalPrinterColumns", ())),
         builtin=False,
         storage_version_hash="Xy2B1kOsbqY=",
     )
@@ -150,38 +148,11 @@ def default_resources() -> list[ResourceType]:
             verbs=("create",),
         ),
         ResourceType(
-            group="authentication.k8s.io",
-            version="v1",
-            kind="SelfSubjectReview",
-            plural="selfsubjectreviews",
-            singular="selfsubjectreview",
-            namespaced=False,
-            verbs=("create",),
-        ),
-        ResourceType(
             group="authorization.k8s.io",
             version="v1",
             kind="SubjectAccessReview",
             plural="subjectaccessreviews",
             singular="subjectaccessreview",
-            namespaced=False,
-            verbs=("create",),
-        ),
-        ResourceType(
-            group="authorization.k8s.io",
-            version="v1",
-            kind="SelfSubjectRulesReview",
-            plural="selfsubjectrulesreviews",
-            singular="selfsubjectrulesreview",
-            namespaced=False,
-            verbs=("create",),
-        ),
-        ResourceType(
-            group="authorization.k8s.io",
-            version="v1",
-            kind="SelfSubjectAccessReview",
-            plural="selfsubjectaccessreviews",
-            singular="selfsubjectaccessreview",
             namespaced=False,
             verbs=("create",),
         ),

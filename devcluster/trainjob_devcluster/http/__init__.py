@@ -1,2 +1,2 @@
 """The HTTP side of the development cluster: its HTTP/1.1 server, routing, the REST
-handlers with their body codecs, list and watch, discovery, OpenAPI and table printing."""
+handlers with their JSON and YAML body codecs, list and watch, and legacy discovery."""

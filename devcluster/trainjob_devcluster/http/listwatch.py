@@ -249,15 +249,13 @@ async def serve_watch(
     resource: ResourceType,
     namespace: str | None,
     bookmark_interval: float,
-    encode: Callable[[bytes], bytes] | None = None,
     buffer_limit: int = WATCH_BUFFER_LIMIT,
 ) -> None:
     """Stream newline-delimited watch events until the timeout, a drop, or the client goes.
 
     Events reach the watch's outbox as they are committed, by the store's call; this
     coroutine sends what the outbox holds, and bookmarks. A client that leaves more
-    than ``buffer_limit`` bytes of events unsent is cut off.
-    ``encode`` rewrites each event line (e.g. into a Table row for ``kubectl get -w``)."""
+    than ``buffer_limit`` bytes of events unsent is cut off."""
     query = request.query
     check_watch_options(query)
     labels = parse_label_selector(query.get("labelSelector"))
@@ -293,7 +291,7 @@ async def serve_watch(
                 outbox.add(_expired_line(exc))
                 store.unwatch(watcher)
         await stream.start(200, "application/json")
-        await _send(stream, outbox, encode, store, resource, query, bookmarks, bookmark_interval)
+        await _send(stream, outbox, store, resource, query, bookmarks, bookmark_interval)
     finally:
         store.unwatch(watcher)
 
@@ -301,7 +299,6 @@ async def serve_watch(
 async def _send(
     stream: Stream,
     outbox: _Outbox,
-    encode: Callable[[bytes], bytes] | None,
     store: Store,
     resource: ResourceType,
     query: Mapping[str, str],
@@ -314,8 +311,7 @@ async def _send(
     deadline = time.monotonic() + timeout if timeout > 0 else None
     while True:
         while outbox.lines:
-            line = outbox.take()
-            await stream.write(line if encode is None else encode(line))
+            await stream.write(outbox.take())
         if outbox.ended:
             return
         wait = bookmark_interval if bookmarks else None

@@ -9,14 +9,13 @@ import json
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
-from ..auth import accessreview, authz, rulesreview
+from ..auth import accessreview, authz
 from ..auth.admission import MutatingAdmission
 from ..auth.tokens import TokenIssuer
 from ..common import status
 from ..common.faults import Fault, Faults, RequestInfo
 from ..common.resources import ResourceType
 from ..common.status import ApiError
-from ..storage.objects import rfc3339
 from ..storage.store import Obj, Store, dumps
 from . import bodies
 from .httpserver import HandlerResult, Request, Response, Stream
@@ -103,15 +102,6 @@ class ClusterApp:
             raise status.unauthorized()
         return authz.User(user["username"], user.get("uid", ""), tuple(user.get("groups", ())))
 
-    def _user_info(self, request: Request) -> dict[str, Any]:
-        """The authenticated caller as a TokenReview would describe it (whoami)."""
-        token = request.headers.get("Authorization", "").partition(" ")[2].strip()
-        if hmac.compare_digest(token.encode(), self.admin_token.encode()):
-            return {"username": authz.ADMIN.name, "groups": list(authz.ADMIN.groups)}
-        found = self.tokens.authenticate(token, self._lookup)
-        assert found is not None  # authenticate() let the request through
-        return found
-
     def _role(self, kind: str, namespace: str, name: str) -> Obj | None:
         if kind == "ClusterRole":
             return self.store.get("clusterroles.rbac.authorization.k8s.io", "", name)
@@ -184,7 +174,7 @@ class ClusterApp:
             return self._watch(request, stream, info, resource)
         if verb == "list":
             listed = list_objects(self.store, resource, info.namespace or None, query)
-            return self.paths.render(request, resource, listed, 200)
+            return json_response(200, listed)
         call = Call(
             info=info,
             resource=resource,
@@ -193,33 +183,13 @@ class ClusterApp:
             content_type=request.headers.get("Content-Type", ""),
             user_agent=request.headers.get("User-Agent"),
         )
-        if resource.plural in authz.SELF_REVIEWS and verb == "create":
-            return self._self_review(request, call, user)
         if verb == "create" and not info.subresource and self.admission.configured():
             return self._admitted(request, call, user)
         return self._answer(request, call)
 
-    def _self_review(self, request: Request, call: Call, user: authz.User) -> Response:
-        """``kubectl auth whoami`` and ``kubectl auth can-i [--list]``: about the caller."""
-        body = self._json_object(call)
-        if call.resource.plural == "selfsubjectaccessreviews":
-            answer = accessreview.self_review(body, user, self._bindings, self._role)
-        elif call.resource.plural == "selfsubjectrulesreviews":
-            answer = rulesreview.review(body, user, self._bindings, self._role)
-        else:
-            answer = {
-                "kind": "SelfSubjectReview",
-                "apiVersion": "authentication.k8s.io/v1",
-                "metadata": {"creationTimestamp": rfc3339(self.clock())},
-                "status": {"userInfo": self._user_info(request)},
-            }
-        return self.paths.render(request, call.resource, answer, 201)
-
     def _answer(self, request: Request, call: Call) -> Response:
         answer = self._special(call) or self._verb(call)
-        response = self.paths.render(request, call.resource, answer.body, answer.code)
-        response.headers.update(_warning_header(call.warnings))
-        return response
+        return json_response(answer.code, answer.body, _warning_header(call.warnings))
 
     async def _admitted(self, request: Request, call: Call, user: authz.User) -> Response:
         """A create that mutating webhooks may change first (see auth/admission.py)."""
@@ -243,7 +213,6 @@ class ClusterApp:
                 resource,
                 info.namespace or None,
                 self.bookmark_interval,
-                self.paths.watch_encoder(request, resource),
                 self.watch_buffer_limit,
             )
         except ApiError as exc:  # the options were refused: nothing was streamed
