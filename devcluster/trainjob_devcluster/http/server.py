@@ -18,6 +18,7 @@ from ..common.resources import ResourceType
 from ..common.status import ApiError
 from ..storage.store import Obj, Store, dumps
 from . import bodies
+from .discovery import accepts_json
 from .httpserver import HandlerResult, Request, Response, Stream
 from .listwatch import WATCH_BUFFER_LIMIT, list_objects, serve_watch
 from .nonresource import NonResourcePaths
@@ -162,6 +163,15 @@ class ClusterApp:
             if self.registry.under_group_version(request.path):
                 raise status.no_route()
             return self.paths.serve(request, user)
+        if not accepts_json(request.headers.get("Accept")):
+            # Protobuf or a Table alone: a real server would send one, this one cannot.
+            raise ApiError(
+                406,
+                "NotAcceptable",
+                "only the following media types are accepted: application/json "
+                "(the development cluster speaks JSON only)",
+                {},
+            )
         query = request.query
         verb = info.verb
         if resource.verbs == ("create",) and info.name:
