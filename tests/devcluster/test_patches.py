@@ -1,5 +1,5 @@
-"""Merge, JSON and strategic merge patches, and the Update entries they leave in
-managedFields, pinned to recorded kube-apiserver v1.36 answers (named per test)."""
+"""Merge, JSON and strategic merge patches, pinned to recorded kube-apiserver v1.36
+answers (named per test)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from typing import Any
 
 import pytest
 
-from trainjob_devcluster.common.resources import load_trainjob_crd, resource_from_crd
-from trainjob_devcluster.storage.fieldmanager import track_update
 from trainjob_devcluster.storage.patches import (
     PatchError,
     decode_patch,
@@ -21,185 +19,30 @@ from trainjob_devcluster.storage.patches import (
 GV = "trainer.kubeflow.org/v1alpha1"
 T24 = "2026-12-02T18:33:24Z"
 T25 = "2026-12-02T18:33:25Z"
-SCHEMA = resource_from_crd(load_trainjob_crd()).schema
-
-SPEC = {
-    "managedBy": "trainer.kubeflow.org/trainjob-controller",
-    "runtimeRef": {
-        "apiGroup": "trainer.kubeflow.org",
-        "kind": "ClusterTrainingRuntime",
-        "name": "torch-distributed",
-    },
-    "suspend": False,
-}
-CREATE_FIELDS: dict[str, Any] = {
-    "f:spec": {
-        ".": {},
-        "f:managedBy": {},
-        "f:runtimeRef": {".": {}, "f:apiGroup": {}, "f:kind": {}, "f:name": {}},
-        "f:suspend": {},
-    }
-}
 
 
-def entry(
-    manager: str,
-    operation: str,
-    fields: dict[str, Any],
-    time: str,
-    subresource: str | None = None,
-) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "apiVersion": GV,
-        "fieldsType": "FieldsV1",
-        "fieldsV1": fields,
-        "manager": manager,
-        "operation": operation,
-    }
-    if subresource:
-        out["subresource"] = subresource
-    out["time"] = time
-    return out
-
-
-def status_fields(*names: str) -> dict[str, Any]:
-    return {"f:status": {"f:trainerStatus": {f"f:{n}": {} for n in names}}}
-
-
-def trainjob(name: str, trainer_status: dict[str, Any], managed: list[Any]) -> dict[str, Any]:
+def rec_before_json_patch() -> dict[str, Any]:
     return {
         "apiVersion": GV,
         "kind": "TrainJob",
         "metadata": {
             "creationTimestamp": T24,
             "generation": 1,
-            "managedFields": managed,
-            "name": name,
+            "name": "tj-rec",
             "namespace": "rec",
             "resourceVersion": "221",
             "uid": "5c6290c3-681a-4b9b-a41c-b61bcc31d5db",
         },
-        "spec": copy.deepcopy(SPEC),
-        "status": {"trainerStatus": trainer_status},
-    }
-
-
-def status_write(live: dict[str, Any], patched: dict[str, Any]) -> dict[str, Any]:
-    """What a write to /status stores: the live object with the patched status."""
-    new = copy.deepcopy(live)
-    new["status"] = copy.deepcopy(patched["status"])
-    return new
-
-
-def main_write(live: dict[str, Any], patched: dict[str, Any]) -> dict[str, Any]:
-    """What a write to the main resource stores: .status stays the live one."""
-    new = copy.deepcopy(patched)
-    new["status"] = copy.deepcopy(live["status"])
-    return new
-
-
-def track(
-    live: dict[str, Any], new: dict[str, Any], subresource: str | None, now: str = T25
-) -> list[Any]:
-    track_update(
-        live,
-        new,
-        manager="Python-urllib",
-        subresource=subresource,
-        api_version=GV,
-        now=now,
-        schema=SCHEMA,
-    )
-    result: list[Any] = new["metadata"].get("managedFields", [])
-    return result
-
-
-# -- Update entries from patches --------------------------------------------------------
-
-
-def test_merge_patch_on_status_moves_changed_fields_to_an_update_entry() -> None:
-    # b_merge_status_ok, from the state b_ssa_status_omit_coowned_field left
-    live = trainjob(
-        "tj-managers",
-        {
-            "estimatedRemainingSeconds": 200,
-            "lastUpdatedTime": T25,
-            "metrics": [{"name": "loss", "value": "0.1"}],
-            "progressPercentage": 45,
+        "spec": {"runtimeRef": {"name": "torch-distributed"}},
+        "status": {
+            "trainerStatus": {
+                "estimatedRemainingSeconds": 300,
+                "lastUpdatedTime": T25,
+                "metrics": [{"name": "loss", "value": "0.31"}],
+                "progressPercentage": 41,
+            }
         },
-        [
-            entry(
-                "other-writer", "Apply", status_fields("lastUpdatedTime", "metrics"), T25, "status"
-            ),
-            entry(
-                "trainer-status",
-                "Apply",
-                status_fields("estimatedRemainingSeconds", "progressPercentage"),
-                T25,
-                "status",
-            ),
-            entry("Python-urllib", "Update", CREATE_FIELDS, T25),
-        ],
-    )
-    patch = {"status": {"trainerStatus": {"progressPercentage": 70, "lastUpdatedTime": T25}}}
-    new = status_write(live, json_merge_patch(live, patch))
-    assert track(live, new, "status") == [
-        entry("other-writer", "Apply", status_fields("lastUpdatedTime", "metrics"), T25, "status"),
-        entry("trainer-status", "Apply", status_fields("estimatedRemainingSeconds"), T25, "status"),
-        entry("Python-urllib", "Update", CREATE_FIELDS, T25),
-        entry("Python-urllib", "Update", status_fields("progressPercentage"), T25, "status"),
-    ]
-    assert new["status"]["trainerStatus"] == {
-        "estimatedRemainingSeconds": 200,
-        "lastUpdatedTime": T25,
-        "metrics": [{"name": "loss", "value": "0.1"}],
-        "progressPercentage": 70,
     }
-
-
-ALL_FOUR = ("estimatedRemainingSeconds", "lastUpdatedTime", "metrics", "progressPercentage")
-REC_STATUS = {
-    "estimatedRemainingSeconds": 300,
-    "lastUpdatedTime": T25,
-    "metrics": [{"name": "loss", "value": "0.31"}],
-    "progressPercentage": 41,
-}
-
-
-def rec_before_json_patch() -> dict[str, Any]:
-    return trainjob(
-        "tj-rec",
-        copy.deepcopy(REC_STATUS),
-        [
-            entry("trainer-status", "Apply", status_fields(*ALL_FOUR), T25, "status"),
-            entry("Python-urllib", "Update", CREATE_FIELDS, T24),
-        ],
-    )
-
-
-AFTER_JSON_PATCH = [
-    entry(
-        "trainer-status",
-        "Apply",
-        status_fields("estimatedRemainingSeconds", "lastUpdatedTime", "metrics"),
-        T25,
-        "status",
-    ),
-    entry("Python-urllib", "Update", CREATE_FIELDS, T24),
-    entry("Python-urllib", "Update", status_fields("progressPercentage"), T25, "status"),
-]
-
-
-def test_json_patch_whose_test_passes_is_applied_and_tracked() -> None:
-    # e_json_patch_ok
-    live = rec_before_json_patch()
-    ops = [
-        {"op": "test", "path": "/status/trainerStatus/progressPercentage", "value": 41},
-        {"op": "replace", "path": "/status/trainerStatus/progressPercentage", "value": 46},
-    ]
-    new = status_write(live, json_patch(live, ops))
-    assert track(live, new, "status") == AFTER_JSON_PATCH
-    assert new["status"]["trainerStatus"]["progressPercentage"] == 46
 
 
 @pytest.mark.parametrize(
@@ -249,94 +92,6 @@ def test_decoding_errors_use_go_wording(body: bytes, message: str) -> None:
     with pytest.raises(PatchError) as caught:
         decode_patch(body)
     assert caught.value.message == f"error decoding patch: {message}"
-
-
-def test_merge_patch_to_main_resource_tracks_labels_with_a_dot_for_the_new_map() -> None:
-    # f_merge_main_with_status: the label lands, the status change is the caller's to drop
-    live = trainjob("tj-rec", {**REC_STATUS, "progressPercentage": 46}, AFTER_JSON_PATCH)
-    patch = {
-        "metadata": {"labels": {"touched": "yes"}},
-        "status": {"trainerStatus": {"progressPercentage": 99}},
-    }
-    new = main_write(live, json_merge_patch(live, patch))
-    labels_and_spec = {"f:metadata": {"f:labels": {".": {}, "f:touched": {}}}, **CREATE_FIELDS}
-    assert track(live, new, None) == [
-        AFTER_JSON_PATCH[0],
-        entry("Python-urllib", "Update", labels_and_spec, T25),
-        AFTER_JSON_PATCH[2],
-    ]
-    assert new["metadata"]["labels"] == {"touched": "yes"}
-    assert new["status"]["trainerStatus"]["progressPercentage"] == 46
-
-
-PUT_MANAGED = [
-    entry("spec-writer", "Apply", {"f:spec": {"f:runtimeRef": {"f:name": {}}}}, T25),
-    AFTER_JSON_PATCH[0],
-    entry(
-        "Python-urllib",
-        "Update",
-        {"f:metadata": {"f:labels": {".": {}, "f:touched": {}}}, **CREATE_FIELDS},
-        T25,
-    ),
-    AFTER_JSON_PATCH[2],
-]
-
-
-def test_put_changing_only_status_leaves_managed_fields_as_they_were() -> None:
-    # f_put_main_with_status
-    live = trainjob("tj-rec", {**REC_STATUS, "progressPercentage": 46}, PUT_MANAGED)
-    live["metadata"]["labels"] = {"touched": "yes"}
-    body = copy.deepcopy(live)
-    body["status"]["trainerStatus"]["progressPercentage"] = 97
-    new = main_write(live, body)
-    assert track(live, new, None, now="2026-12-02T18:40:00Z") == PUT_MANAGED
-
-
-def test_merge_patch_of_a_pruned_unknown_field_changes_no_entry() -> None:
-    # c_merge_unknown_field: the caller prunes bogusField, so nothing changed
-    live = rec_before_json_patch()
-    patched = json_merge_patch(live, {"status": {"trainerStatus": {"bogusField": 1}}})
-    del patched["status"]["trainerStatus"]["bogusField"]
-    new = status_write(live, patched)
-    assert track(live, new, "status") == live["metadata"]["managedFields"]
-
-
-def test_merge_patch_setting_trainer_status_null_removes_its_fields_from_every_entry() -> None:
-    # d_merge_trainer_status_null (validation then refuses status: {})
-    live = rec_before_json_patch()
-    new = status_write(live, json_merge_patch(live, {"status": {"trainerStatus": None}}))
-    assert new["status"] == {}
-    assert track(live, new, "status") == [entry("Python-urllib", "Update", CREATE_FIELDS, T24)]
-
-
-def test_managed_fields_sent_with_an_update_replace_the_stored_ones() -> None:
-    live = rec_before_json_patch()
-    new = copy.deepcopy(live)
-    new["metadata"]["managedFields"] = [entry("someone", "Update", CREATE_FIELDS, T24)]
-    assert track(live, new, None) == [entry("someone", "Update", CREATE_FIELDS, T24)]
-
-
-@pytest.mark.parametrize("reset", [[], [{}]])
-def test_empty_managed_fields_reset_tracking(reset: list[Any]) -> None:
-    live = rec_before_json_patch()
-    new = copy.deepcopy(live)
-    new["metadata"]["managedFields"] = reset
-    track(live, new, None)
-    assert "managedFields" not in new["metadata"]
-
-
-def test_an_untracked_object_stays_untracked_through_updates() -> None:
-    live = rec_before_json_patch()
-    del live["metadata"]["managedFields"]
-    new = json_merge_patch(live, {"metadata": {"labels": {"a": "b"}}})
-    track(live, new, None)
-    assert "managedFields" not in new["metadata"]
-
-
-def test_only_server_set_metadata_changing_records_nothing() -> None:
-    live = rec_before_json_patch()
-    new = json_merge_patch(live, {"metadata": {"resourceVersion": "999", "generation": 2}})
-    assert track(live, new, None) == live["metadata"]["managedFields"]
 
 
 # -- JSON merge patch -------------------------------------------------------------------
@@ -425,41 +180,6 @@ def pod() -> dict[str, Any]:
         "metadata": {"name": "p", "namespace": "rec", "uid": "u", "labels": {"a": "1"}},
         "spec": {"containers": [{"name": "c", "image": "i"}], "nodeSelector": {"k": "v"}},
     }
-
-
-def test_kubectl_label_patch_merges_labels_and_is_tracked_per_key() -> None:
-    live = pod()
-    track_update(
-        None, live, manager="kubectl-create", subresource=None, api_version="v1", now=T24,
-        schema=None,
-    )  # fmt: skip
-    new = strategic_merge_patch(live, {"metadata": {"labels": {"x": "y", "a": None}}})
-    assert new["metadata"]["labels"] == {"x": "y"}
-    track_update(
-        live, new, manager="kubectl-label", subresource=None, api_version="v1", now=T25,
-        schema=None,
-    )  # fmt: skip
-    assert new["metadata"]["managedFields"] == [
-        {
-            "apiVersion": "v1",
-            "fieldsType": "FieldsV1",
-            "fieldsV1": {
-                "f:metadata": {"f:labels": {}},
-                "f:spec": {".": {}, "f:containers": {}, "f:nodeSelector": {".": {}, "f:k": {}}},
-            },
-            "manager": "kubectl-create",
-            "operation": "Update",
-            "time": T24,
-        },
-        {
-            "apiVersion": "v1",
-            "fieldsType": "FieldsV1",
-            "fieldsV1": {"f:metadata": {"f:labels": {"f:x": {}}}},
-            "manager": "kubectl-label",
-            "operation": "Update",
-            "time": T25,
-        },
-    ]
 
 
 def test_strategic_patch_directives_on_maps() -> None:

@@ -12,8 +12,7 @@ from ..common.resources import ResourceType
 from ..common.status import ApiError
 from ..schema.schema import StructuralSchema
 from ..storage import objects
-from ..storage.apply import server_side_apply
-from ..storage.fieldmanager import manager_from_user_agent, track_update
+from ..storage.apply import apply
 from ..storage.objectmeta import validate_name
 from ..storage.patches import (
     PatchError,
@@ -24,7 +23,6 @@ from ..storage.patches import (
 )
 from ..storage.store import Obj, Store
 from . import bodies
-from .routing import query_flag
 
 
 @dataclass
@@ -42,10 +40,6 @@ class Call:
     @property
     def dry_run(self) -> bool:
         return self.query.get("dryRun") == "All"
-
-    @property
-    def manager(self) -> str:
-        return self.query.get("fieldManager") or manager_from_user_agent(self.user_agent)
 
 
 @dataclass
@@ -174,15 +168,6 @@ class ResourceApi:
         name = new["metadata"]["name"]
         if self.store.get(resource.qualified, info.namespace, name) is not None:
             raise status.already_exists(resource.qualified, resource.group, resource.plural, name)
-        track_update(
-            None,
-            new,
-            manager=call.manager,
-            subresource=None,
-            api_version=resource.group_version,
-            now=objects.rfc3339(self.clock()),
-            schema=resource.schema,
-        )
         return Answer(201, self._store(call, new, None))
 
     def update(self, call: Call) -> Answer:
@@ -226,15 +211,6 @@ class ResourceApi:
             new = objects.for_main_update(resource, live, computed)
         new["metadata"]["managedFields"] = live["metadata"].get("managedFields", [])
         new = self._admit(call, new, live)
-        track_update(
-            live,
-            new,
-            manager=call.manager,
-            subresource=call.info.subresource or None,
-            api_version=resource.group_version,
-            now=objects.rfc3339(self.clock()),
-            schema=resource.schema,
-        )
         return Answer(200, self._store(call, new, live))
 
     def patch(self, call: Call) -> Answer:
@@ -292,33 +268,23 @@ class ResourceApi:
                 f"the name of the object ({meta['name']}) does not match "
                 f"the name on the URL ({info.name})"
             )
-        force = query_flag(call.query, "force")
-        now = objects.rfc3339(self.clock())
         live = self.store.get(resource.qualified, info.namespace, info.name)
-        if live is None:
-            if info.subresource:
-                raise self._not_found(resource, info.name)
-            config.setdefault("metadata", {})["name"] = info.name
-            applied = server_side_apply(
-                None,
-                config,
-                manager=manager,
-                subresource=None,
-                force=force,
-                resource=resource,
-                now=now,
-            )
-            return self.create_from(call, applied)
-        self._check_rv(call, live, meta.get("resourceVersion"))
-        applied = server_side_apply(
+        if live is None and info.subresource:
+            raise self._not_found(resource, info.name)
+        if live is not None:
+            self._check_rv(call, live, meta.get("resourceVersion"))
+        applied = apply(
             live,
             config,
             manager=manager,
             subresource=info.subresource or None,
-            force=force,
-            resource=resource,
-            now=now,
+            has_status="status" in resource.subresources,
+            api_version=resource.group_version,
+            now=objects.rfc3339(self.clock()),
         )
+        if live is None:
+            applied["metadata"]["name"] = info.name
+            return self.create_from(call, applied)
         if info.subresource == "status":
             new = objects.for_status_update(live, applied)
         else:

@@ -142,3 +142,25 @@ def random_suffix() -> str:
     alphabet = "bcdfghjklmnpqrstvwxz2456789"
     raw = uuid.uuid4().int
     return "".join(alphabet[(raw >> (5 * i)) % len(alphabet)] for i in range(5))
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON value."""
+    if isinstance(value, dict):
+        return {k: json_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_copy(v) for v in value]
+    return value
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Deep equality of JSON values where ``true`` is not ``1`` but ``1`` is ``1.0``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and bool(a == b)

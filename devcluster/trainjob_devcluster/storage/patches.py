@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from ..common.go_text import go_quote, go_v
-from .typedops import json_copy, json_equal
+from .objects import json_copy, json_equal
 
 __all__ = [
     "PatchError",
