@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from trainjob_devcluster import DevCluster
+from trainjob_devcluster.harness.realcluster import RealCluster
 from trainjob_status.contract import GROUP
 from trainjob_status_server.certificates import certs
 from trainjob_status_server.cli import build_parser
@@ -929,7 +929,7 @@ def load(name: str) -> Doc:
     return doc
 
 
-def test_example_runtime_and_trainjob_need_nothing_from_us(devcluster: DevCluster) -> None:
+def test_example_runtime_and_trainjob_need_nothing_from_us(real_cluster: RealCluster) -> None:
     runtime = load("clustertrainingruntime.yaml")
     trainjob = load("trainjob.yaml")
     for doc in (runtime, trainjob):
@@ -942,8 +942,8 @@ def test_example_runtime_and_trainjob_need_nothing_from_us(devcluster: DevCluste
     selector = Selector.parse(injection.DEFAULT_SELECTOR)
     jobset_like = {"spec": runtime["spec"]["template"]["spec"]}
     assert selector.matches(injection.step_labels(jobset_like, "node"))
-    # The TrainJob is valid as the CRD says (the devcluster serves the real CRD schema).
+    # The TrainJob is valid as the CRD says (kube-apiserver validates it).
     namespace = trainjob["metadata"]["namespace"]
-    devcluster.ensure_namespace(namespace)
-    created = devcluster.create("trainjobs", trainjob, namespace, GROUP)
+    real_cluster.ensure_namespace(namespace)
+    created = real_cluster.create("trainjobs", trainjob, namespace, GROUP)
     assert created["spec"]["runtimeRef"]["name"] == runtime["metadata"]["name"]

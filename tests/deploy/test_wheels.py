@@ -196,7 +196,7 @@ def test_the_devcluster_wheel_carries_its_crds_and_pins_the_server(
         "trainjob_devcluster/py.typed",
     } <= set(devcluster.names)
     # Its layers are subpackages: each ships, with the module the console script names.
-    layers = ("harness", "http", "auth", "storage", "schema", "common")
+    layers = ("harness", "http", "auth", "storage", "common")
     assert {f"trainjob_devcluster/{layer}/__init__.py" for layer in layers} | {
         "trainjob_devcluster/harness/cli.py"
     } <= set(devcluster.names)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 # The development cluster's package and the dependencies only it or the test tools use
 # (multidict is not here: aiohttp needs it too).
-DEVELOPMENT_ONLY = {"trainjob-devcluster", "httptools", "orjson", "uvloop", "cel-python"}
+DEVELOPMENT_ONLY = {"trainjob-devcluster", "httptools", "orjson", "uvloop"}
 
 
 @dataclass(frozen=True)

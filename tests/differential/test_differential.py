@@ -238,17 +238,6 @@ async def test_forced_status_applies_alike(both: Both) -> None:
     assert managers[0] == managers[1]
 
 
-async def test_an_invalid_status_is_the_same_422(both: Both) -> None:
-    both.each("create_trainjob", NS, "tj")
-    patch = {"status": {"trainerStatus": {"progressPercentage": 101}}}
-    dev, real = await both.call(
-        "PATCH", f"{TRAINJOBS}/tj/status", patch, content_type="application/merge-patch+json"
-    )
-    assert status_fields(dev) == status_fields(real)
-    assert real.code == 422
-    assert dev.body["details"] == real.body["details"]
-
-
 async def test_subject_access_reviews_give_the_same_verdict_and_reason(both: Both) -> None:
     """What the secure metrics port asks: bound, the reason names the binding; unbound,
     no reason."""
@@ -357,17 +346,9 @@ async def test_an_unknown_path_is_the_same_404(both: Both, method: str, path: st
     assert real.code == 404
 
 
-async def test_a_bad_trainjob_name_and_a_short_token_are_the_same_422(both: Both) -> None:
+async def test_a_short_token_is_the_same_422(both: Both) -> None:
     both.each("ensure_namespace", NS)
     both.each("create", "serviceaccounts", {"metadata": {"name": "sa"}}, NS)
-    body = {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": "Bad_Name"},
-        "spec": {"runtimeRef": {"name": "x"}},
-    }
-    dev, real = await both.call("POST", TRAINJOBS, body)
-    assert (dev.code, dev.body) == (real.code, real.body)
     request = {
         "apiVersion": "authentication.k8s.io/v1",
         "kind": "TokenRequest",

@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from trainjob_devcluster.harness.pytest_plugin import MakeStatusServer
+from trainjob_devcluster.harness.pytest_plugin import MakeStatusServer, on_real_server
 from trainjob_devcluster.harness.realcluster import RealCluster
 from trainjob_devcluster.harness.testing import eventually
 from trainjob_status.contract import audience
@@ -57,7 +57,6 @@ from .slowlink import SlowLink
 
 __all__ = ["link", "session"]  # fixtures
 
-on_the_real_server = pytest.mark.parametrize("kube_api", ["real"], indirect=True)
 
 ENDPOINTSLICES = 'trainjob_status_cache_objects{resource="endpointslices"}'
 
@@ -94,7 +93,7 @@ async def stop(replica: Replica) -> None:
     assert await asyncio.wait_for(replica.task, shutdown_deadline(replica.config)) == 0
 
 
-@on_the_real_server
+@on_real_server
 async def test_what_the_drain_cannot_write_is_handed_to_a_replica_that_stays(
     kube_api: RealCluster,
     config: Config,
@@ -153,7 +152,7 @@ async def test_what_the_drain_cannot_write_is_handed_to_a_replica_that_stays(
     assert {name: stored_progress(kube_api, name) for name in names} == dict.fromkeys(names, 50)
 
 
-@on_the_real_server
+@on_real_server
 async def test_a_replica_that_cannot_take_them_is_passed_over_for_the_next(
     kube_api: RealCluster,
     config: Config,
@@ -208,7 +207,7 @@ async def test_a_replica_that_cannot_take_them_is_passed_over_for_the_next(
     assert {name: stored_progress(kube_api, name) for name in names} == dict.fromkeys(names, 70)
 
 
-@on_the_real_server
+@on_real_server
 async def test_without_the_ca_a_replica_hands_nothing_over_and_counts_the_loss(
     kube_api: RealCluster,
     config: Config,
@@ -297,7 +296,7 @@ def status(code: int, reason: str, message: str) -> dict[str, Any]:
     }
 
 
-@on_the_real_server
+@on_real_server
 @pytest.mark.parametrize("token_review", [False, True], ids=["jwks", "token-review"])
 async def test_only_a_replica_may_hand_updates_over(
     kube_api: RealCluster,
@@ -363,7 +362,7 @@ def accepted(progress: int, second: int) -> EncodedStatus:
     return status.encoded(received)
 
 
-@on_the_real_server
+@on_real_server
 async def test_each_trainjob_is_written_by_its_owner_whichever_replica_takes_its_posts(
     kube_api: RealCluster,
     make_status_server: MakeStatusServer,

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.harness.kubeconfig import write_kubeconfig
-from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers, on_real_server
 from trainjob_status.contract import GROUP
 from trainjob_status_server.kube import (
     TRAINJOBS,
@@ -148,7 +148,7 @@ async def test_apply_to_a_missing_trainjob_is_404_and_creates_nothing(
     assert kube_api.get("trainjobs", NS, "nope", GROUP) is None
 
 
-@on_both_servers
+@on_real_server
 async def test_an_invalid_status_is_422_with_the_api_servers_message(
     kube: KubeClient, kube_api: KubeAPI
 ) -> None:

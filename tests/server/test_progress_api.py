@@ -22,7 +22,12 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster.harness.controlplane import FRONT_PROXY_NAME
-from trainjob_devcluster.harness.pytest_plugin import KubeAPI, MakeStatusServer, require_binary
+from trainjob_devcluster.harness.pytest_plugin import (
+    KubeAPI,
+    MakeStatusServer,
+    on_real_server,
+    require_binary,
+)
 from trainjob_devcluster.harness.realcluster import RealCluster
 from trainjob_devcluster.harness.testing import eventually
 from trainjob_status_server.app import StatusServer
@@ -53,8 +58,6 @@ from .replicas import (
     server_account,
     token_file,
 )
-
-on_the_real_server = pytest.mark.parametrize("kube_api", ["real"], indirect=True)
 
 
 def update(progress: int, second: int, eta: int = 60) -> bytes:
@@ -126,7 +129,7 @@ def stored_progress(kube_api: RealCluster, name: str) -> int | None:
     return value if isinstance(value, int) else None
 
 
-@on_the_real_server
+@on_real_server
 async def test_a_read_through_the_api_server_returns_the_update_its_write_waits_for(
     kube_api: RealCluster, certs: ServingCerts, progress_server: StatusServer
 ) -> None:
@@ -177,7 +180,7 @@ async def test_a_read_through_the_api_server_returns_the_update_its_write_waits_
     assert missing["message"] == f'{resource.QUALIFIED} "quiet" not found'
 
 
-@on_the_real_server
+@on_real_server
 async def test_kubectl_gets_and_discovers_the_resource(
     kube_api: RealCluster, certs: ServingCerts, progress_server: StatusServer
 ) -> None:
@@ -214,7 +217,7 @@ async def test_kubectl_gets_and_discovers_the_resource(
     assert raw["trainerStatus"]["progressPercentage"] == 42
 
 
-@on_the_real_server
+@on_real_server
 async def test_a_user_who_may_not_read_the_trainjob_is_refused(
     kube_api: RealCluster, certs: ServingCerts, progress_server: StatusServer
 ) -> None:
@@ -251,7 +254,7 @@ async def test_a_user_who_may_not_read_the_trainjob_is_refused(
     assert 'cannot get resource "trainjobprogresses"' in refused["message"]
 
 
-@on_the_real_server
+@on_real_server
 async def test_the_port_answers_only_the_front_proxy(
     kube_api: RealCluster, certs: ServingCerts, progress_server: StatusServer, tmp_path: Path
 ) -> None:
@@ -311,7 +314,7 @@ async def test_without_a_front_proxy_the_port_shakes_hands_with_no_one(
     assert getattr(warned[0], "configmap") == frontproxy.CONFIGMAP_PATH  # noqa: B009
 
 
-@on_the_real_server
+@on_real_server
 async def test_a_read_the_api_server_cannot_authorize_is_unavailable(
     kube_api: RealCluster,
     certs: ServingCerts,
@@ -341,7 +344,7 @@ async def test_a_read_the_api_server_cannot_authorize_is_unavailable(
     assert "progress access review failed" in [r.getMessage() for r in caplog.records]
 
 
-@on_the_real_server
+@on_real_server
 async def test_the_certificate_bootstrap_keeps_the_apiservices_ca_bundle(
     kube_api: RealCluster,
     certs: ServingCerts,
@@ -392,7 +395,7 @@ async def test_a_bootstrap_without_the_apiservice_says_so_once(
     assert [getattr(r, "apiservice") for r in said] == [APISERVICE]  # noqa: B009
 
 
-@on_the_real_server
+@on_real_server
 async def test_a_read_on_any_replica_returns_the_newest_update_whichever_received_it(
     kube_api: RealCluster,
     certs: ServingCerts,
@@ -470,7 +473,7 @@ async def test_a_read_on_any_replica_returns_the_newest_update_whichever_receive
             assert "progressPercentage" not in await answer.text()
 
 
-@on_the_real_server
+@on_real_server
 async def test_a_replica_that_cannot_say_what_it_holds_adds_nothing(
     kube_api: RealCluster,
     make_status_server: MakeStatusServer,
@@ -497,7 +500,7 @@ async def test_a_replica_that_cannot_say_what_it_holds_adds_nothing(
     assert ("newest updates of a replica unavailable", peers[1].url) in said
 
 
-@on_the_real_server
+@on_real_server
 async def test_kubectl_explains_the_resource(
     kube_api: RealCluster, progress_server: StatusServer
 ) -> None:
@@ -523,7 +526,7 @@ async def test_kubectl_explains_the_resource(
     assert "How complete training is, 0 to 100." in text
 
 
-@on_the_real_server
+@on_real_server
 async def test_an_apiservice_registered_after_the_start_gets_the_bundle_within_seconds(
     kube_api: RealCluster,
     certs: ServingCerts,
@@ -553,7 +556,7 @@ async def test_an_apiservice_registered_after_the_start_gets_the_bundle_within_s
             unregister(kube_api)
 
 
-@on_the_real_server
+@on_real_server
 async def test_one_review_covers_a_namespace_and_a_user_limited_to_names_gets_those(
     kube_api: RealCluster,
     certs: ServingCerts,

@@ -3,7 +3,8 @@
 and a factory of status servers against either.
 
 A test runs on both API servers with ``@on_both_servers`` and the ``kube_api`` fixture:
-``kube_api`` is the development cluster unless that mark asks for the real one too, and
+``kube_api`` is the development cluster unless that mark asks for the real one too (or
+``@on_real_server`` for the real one alone), and
 ``status_config`` (so ``make_status_server``) follows it.
 
 Enable with ``pytest_plugins = ["trainjob_devcluster.harness.pytest_plugin"]``. The helpers they
@@ -36,6 +37,8 @@ KubeAPI = DevCluster | RealCluster
 
 # The two API servers a test marked with it runs on (ids: "devcluster", "real").
 on_both_servers = pytest.mark.parametrize("kube_api", ["devcluster", "real"], indirect=True)
+# For what only the real API server answers as the reference (validation, SSA's fine print).
+on_real_server = pytest.mark.parametrize("kube_api", ["real"], indirect=True)
 
 
 def _in_ci() -> bool:

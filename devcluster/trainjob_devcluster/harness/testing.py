@@ -15,7 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
@@ -179,23 +179,37 @@ async def exporter_on_a_port(trainjobs: WatchCache, max_series: int) -> AsyncIte
 # -- on a loop of their own ---------------------------------------------------------------
 
 
-class BackgroundStack:
-    """A development cluster and a status server on an event loop in a thread of their
-    own, so synchronous code (a hypothesis test, a benchmark) drives them over real
-    sockets. ``changes`` override :func:`server_config`'s fields."""
+class ApiServer(Protocol):
+    """An API server someone else runs (the real control plane's handle)."""
 
-    def __init__(self, certs: ServingCerts, timeout: float = 60.0, **changes: Any) -> None:
+    @property
+    def kubeconfig_path(self) -> Path: ...
+
+
+class BackgroundStack:
+    """A development cluster (or ``cluster``, the real control plane, which the caller
+    owns) and a status server on an event loop in a thread of their own, so synchronous
+    code (a hypothesis test, a benchmark) drives them over real sockets. ``changes``
+    override :func:`server_config`'s fields."""
+
+    def __init__(
+        self,
+        certs: ServingCerts,
+        timeout: float = 60.0,
+        cluster: ApiServer | None = None,
+        **changes: Any,
+    ) -> None:
         self.certs = certs
         self.timeout = timeout
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.cluster: DevCluster = self.run(DevCluster().start())
+        self.cluster: DevCluster | ApiServer = cluster or self.run(DevCluster().start())
         config = server_config(self.cluster.kubeconfig_path, certs, **changes)
         try:
             self.server: StatusServer = self.run(self._start_server(config))
         except BaseException:
-            self.run(self.cluster.stop())
+            self._stop_cluster()
             self._stop_loop()
             raise
 
@@ -220,8 +234,12 @@ class BackgroundStack:
 
     def close(self) -> None:
         self.run(self.server.stop())
-        self.run(self.cluster.stop())
+        self._stop_cluster()
         self._stop_loop()
+
+    def _stop_cluster(self) -> None:
+        if isinstance(self.cluster, DevCluster):
+            self.run(self.cluster.stop())
 
     def _stop_loop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)

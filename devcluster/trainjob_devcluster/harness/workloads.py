@@ -110,13 +110,26 @@ class TrainJobWorkloads:
         raise NotImplementedError
 
     def create_trainjob(self, namespace: str, name: str, **spec: Any) -> Obj:
-        """TrainJob ``name`` on the torch-distributed runtime, with ``spec`` added."""
+        """TrainJob ``name`` on the torch-distributed runtime, with ``spec`` added (its
+        ``runtimeRef`` merged into the default one). The CRD's defaults are spelled out:
+        the development cluster applies none, and the exporter reads them."""
         self.ensure_namespace(namespace)
+        runtime_ref = {
+            "apiGroup": contract.GROUP,
+            "kind": "ClusterTrainingRuntime",
+            "name": "torch-distributed",
+            **spec.pop("runtimeRef", {}),
+        }
         body = {
             "apiVersion": f"{contract.GROUP}/{contract.VERSION}",
             "kind": contract.KIND,
             "metadata": {"name": name},
-            "spec": {"runtimeRef": {"name": "torch-distributed"}, **spec},
+            "spec": {
+                "runtimeRef": runtime_ref,
+                "managedBy": "trainer.kubeflow.org/trainjob-controller",
+                "suspend": False,
+                **spec,
+            },
         }
         return self.create(contract.RESOURCE, body, namespace, contract.GROUP)
 

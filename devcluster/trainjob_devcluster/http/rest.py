@@ -10,10 +10,8 @@ from ..common import status
 from ..common.faults import RequestInfo
 from ..common.resources import ResourceType
 from ..common.status import ApiError
-from ..schema.schema import StructuralSchema
 from ..storage import objects
 from ..storage.apply import apply
-from ..storage.objectmeta import validate_name
 from ..storage.patches import (
     PatchError,
     decode_patch,
@@ -58,15 +56,6 @@ class ResourceApi:
     def __init__(self, store: Store, clock: Callable[[], float]) -> None:
         self.store = store
         self.clock = clock
-        self._schemas: dict[str, StructuralSchema] = {}
-
-    def schema(self, resource: ResourceType) -> StructuralSchema | None:
-        if resource.schema is None:
-            return None
-        found = self._schemas.get(resource.qualified)
-        if found is None:
-            found = self._schemas[resource.qualified] = StructuralSchema(resource.schema)
-        return found
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -83,40 +72,6 @@ class ResourceApi:
         if sent and str(sent) != live["metadata"]["resourceVersion"]:
             r = call.resource
             raise status.conflict(r.qualified, r.group, r.plural, call.info.name)
-
-    def _admit(self, call: Call, obj: Obj, old: Obj | None) -> Obj:
-        """``obj`` (the write's own object) pruned and defaulted in place and validated,
-        as the CRD's schema says."""
-        resource = call.resource
-        causes: list[status.Cause] = []
-        if old is None:
-            namespaced_or_custom = resource.namespaced or not resource.builtin
-            causes += validate_name(
-                obj["metadata"]["name"], namespaced_or_custom=namespaced_or_custom
-            )
-        schema = self.schema(resource)
-        if schema is not None:
-            self._unknown_fields(call, schema.prune(obj))
-            schema.apply_defaults(obj)
-            causes += schema.validate(
-                obj, old, subresource=call.info.subresource or None, prior=causes
-            )
-        if causes:
-            name = obj["metadata"]["name"]
-            raise status.invalid(
-                resource.kind_qualified, resource.group, resource.kind, name, causes
-            )
-        return obj
-
-    def _unknown_fields(self, call: Call, unknown: list[str]) -> None:
-        if not unknown:
-            return
-        mode = call.query.get("fieldValidation", "Warn")
-        if mode == "Strict":
-            joined = ", ".join(f'unknown field "{path}"' for path in unknown)
-            raise status.bad_request(f"strict decoding error: {joined}")
-        if mode != "Ignore":
-            call.warnings.extend(f'unknown field "{path}"' for path in unknown)
 
     def _store(self, call: Call, new: Obj, old: Obj | None) -> Obj:
         if call.dry_run:
@@ -164,7 +119,6 @@ class ResourceApi:
             if self.store.get("namespaces", "", info.namespace) is None:
                 raise status.not_found("namespaces", "", "namespaces", info.namespace)
         new = objects.for_create(resource, body, info.namespace, self.clock())
-        new = self._admit(call, new, None)
         name = new["metadata"]["name"]
         if self.store.get(resource.qualified, info.namespace, name) is not None:
             raise status.already_exists(resource.qualified, resource.group, resource.plural, name)
@@ -210,7 +164,6 @@ class ResourceApi:
         else:
             new = objects.for_main_update(resource, live, computed)
         new["metadata"]["managedFields"] = live["metadata"].get("managedFields", [])
-        new = self._admit(call, new, live)
         return Answer(200, self._store(call, new, live))
 
     def patch(self, call: Call) -> Answer:
@@ -289,7 +242,6 @@ class ResourceApi:
             new = objects.for_status_update(live, applied)
         else:
             new = objects.for_main_update(resource, live, applied)
-        new = self._admit(call, new, live)
         return Answer(200, self._store(call, new, live))
 
     def create_from(self, call: Call, applied: Obj) -> Answer:
@@ -300,7 +252,6 @@ class ResourceApi:
         managed = applied.get("metadata", {}).get("managedFields", [])
         new = objects.for_create(resource, applied, info.namespace, self.clock())
         new["metadata"]["managedFields"] = managed
-        new = self._admit(call, new, None)
         return Answer(201, self._store(call, new, None))
 
     def delete(self, call: Call) -> Answer:

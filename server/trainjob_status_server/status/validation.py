@@ -4,7 +4,7 @@ Pure: no I/O, no clock (the receive time is passed in). The rules are those of t
 ``status.trainerStatus`` schema and its ``x-kubernetes-validations`` rule, checked in
 straight-line code; the causes, their order and wording, and the overall message are the
 ones a real kube-apiserver answers (recorded from v1.36). The tests compare this module
-with the development cluster's schema-driven validator on generated objects.
+with the real API server's answers on generated objects.
 
 Three outcomes besides success:
 
