@@ -361,6 +361,10 @@ def parse_trainer_status(
         # The CEL rule (and our time rules) would not run: one cause says so instead.
         causes.append(NOT_CHECKED)
         raise ValidationFailed(trainjob, causes)
+    if stamp_text is not None and (refusal := _cel_time_refusal(stamp_text)) is not None:
+        # The CRD's CEL rule cannot read the time: its one cause, none of ours.
+        causes.append(refusal)
+        raise ValidationFailed(trainjob, causes)
     if stamp_text is None:
         stamp = received.astimezone(UTC)
     elif stamp is None:
@@ -591,6 +595,33 @@ def _date_time(text: str, causes: list[Cause]) -> datetime | None:
         )
     )
     return None
+
+
+# The CRD's CEL rule reads lastUpdatedTime through go-openapi's date-time parser, which
+# tries Go layouts with an upper-case "T" and "Z" only and reports its last layout's error:
+# RFC 3339 allows "t" and "z", the API server refuses them (recorded from kube-apiserver).
+_CEL_LAST_LAYOUT = "2006-01-02T15:04:05"
+_CEL_RULE = "lastUpdatedTime is required when trainerStatus is present"
+
+
+def _cel_time_refusal(text: str) -> Cause | None:
+    """The API server's cause for a date-time (``_DATE_TIME`` matched it) that Go's layouts
+    cannot parse: a lower-case "t" or "z"; None for any other."""
+    if text[10] == "t":
+        error = (
+            f"parsing time {go_quote(text)} as {go_quote(_CEL_LAST_LAYOUT)}: "
+            f"cannot parse {go_quote(text[10:])} as {go_quote('T')}"
+        )
+    elif text.endswith("z"):
+        error = f"parsing time {go_quote(text)}: extra text: {go_quote('z')}"
+    else:
+        return None
+    return Cause(
+        INVALID,
+        f'Invalid value: "object": Invalid date-time formatted string {text}: {error} '
+        f"evaluating rule: {_CEL_RULE}",
+        "status.trainerStatus",
+    )
 
 
 def _time_cause(text: str, detail: str) -> Cause:
