@@ -3,19 +3,20 @@ read as a real API server's or kubectl's byte for byte (validation errors quote 
 values with the first two; ``kubectl trainjob`` and the development cluster's tables show
 ages and ETAs with the third).
 
-The development cluster keeps its own (``trainjob_devcluster.common.go_text``): it is the
-reference these validation messages are compared with, so neither leans on the other;
-``tests/devcluster/test_go_text.py`` holds both to the same facts.
+The validation messages are compared with kube-apiserver's own answers on the real
+control plane (``tests/server/test_validation.py``).
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 
 __all__ = [
     "exponent_form",
     "fixed_form",
     "go_float",
+    "go_prints",
     "go_quote",
     "human_duration",
     "shortest_digits",
@@ -32,6 +33,62 @@ _ESCAPES = {
 }
 
 
+# Where Go's unicode tables (Unicode 15.0.0 in Go 1.21 to 1.26, so in kube-apiserver) and
+# Python's (14.0.0 in 3.11, 15.0.0 in 3.12, 15.1.0 in 3.13) disagree on what prints: the
+# graphic characters Unicode 15.0 added, and those 15.1 added. Each range is inclusive.
+_ADDED_IN_15_0 = (
+    (0x0CF3, 0x0CF3),
+    (0x0ECE, 0x0ECE),
+    (0x10EFD, 0x10EFF),
+    (0x1123F, 0x11241),
+    (0x11B00, 0x11B09),
+    (0x11F00, 0x11F10),
+    (0x11F12, 0x11F3A),
+    (0x11F3E, 0x11F59),
+    (0x1342F, 0x1342F),
+    (0x13440, 0x13455),
+    (0x1B132, 0x1B132),
+    (0x1B155, 0x1B155),
+    (0x1D2C0, 0x1D2D3),
+    (0x1DF25, 0x1DF2A),
+    (0x1E030, 0x1E06D),
+    (0x1E08F, 0x1E08F),
+    (0x1E4D0, 0x1E4F9),
+    (0x1F6DC, 0x1F6DC),
+    (0x1F774, 0x1F776),
+    (0x1F77B, 0x1F77F),
+    (0x1F7D9, 0x1F7D9),
+    (0x1FA75, 0x1FA77),
+    (0x1FA87, 0x1FA88),
+    (0x1FAAD, 0x1FAAF),
+    (0x1FABB, 0x1FABD),
+    (0x1FABF, 0x1FABF),
+    (0x1FACE, 0x1FACF),
+    (0x1FADA, 0x1FADB),
+    (0x1FAE8, 0x1FAE8),
+    (0x1FAF7, 0x1FAF8),
+    (0x2B739, 0x2B739),
+    (0x31350, 0x323AF),
+)
+_ADDED_IN_15_1 = ((0x2FFC, 0x2FFF), (0x31EF, 0x31EF), (0x2EBF0, 0x2EE5D))
+
+
+def _within(code: int, ranges: tuple[tuple[int, int], ...]) -> bool:
+    at = bisect_right(ranges, (code, 0x110000)) - 1
+    return at >= 0 and ranges[at][0] <= code <= ranges[at][1]
+
+
+def go_prints(ch: str) -> bool:
+    """Go's ``strconv.IsPrint``: letters, marks, numbers, punctuation, symbols and the
+    ASCII space (Python's ``isprintable``), by Go's Unicode version, not Python's."""
+    code = ord(ch)
+    if _within(code, _ADDED_IN_15_0):
+        return True
+    if _within(code, _ADDED_IN_15_1):
+        return False
+    return ch.isprintable()
+
+
 def go_quote(text: str) -> str:
     """``%q`` (strconv.Quote) of a string."""
     if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
@@ -41,8 +98,7 @@ def go_quote(text: str) -> str:
         code = ord(ch)
         if ch in ('"', "\\"):
             out.append("\\" + ch)
-        elif ch.isprintable():
-            # Python's printable set is Go's unicode.IsPrint: L, M, N, P, S and ASCII space.
+        elif go_prints(ch):
             out.append(ch)
         elif ch in _ESCAPES:
             out.append(_ESCAPES[ch])

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from trainjob_devcluster.common.go_text import go_quote
 from trainjob_devcluster.harness.realcluster import RealCluster
+from trainjob_status_server.go_text import go_quote
 from trainjob_status_server.status.validation import (
     GROUP,
     MAX_AHEAD,
@@ -784,6 +784,29 @@ def test_bad_date_time_is_quoted_as_go_quotes_it() -> None:
         'Invalid value: "a\\"\\\\\\x00\\x7fé\\u00a0😀": trainerStatus.lastUpdatedTime in body '
         'must be of type date-time: "a\\"\\\\\\x00\\x7fé\\u00a0😀"'
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "quoted"),
+    [
+        # Added in Unicode 15.0: Go 1.21 to 1.26 (kube-apiserver) print them, Python 3.11
+        # (Unicode 14.0) does not know them.
+        ("\U00031350", '"\U00031350"'),
+        ("\U000323af", '"\U000323af"'),
+        ("\u0cf3", '"\u0cf3"'),
+        ("\U0001fadb", '"\U0001fadb"'),
+        # Added in Unicode 15.1: Python 3.13 prints them, Go escapes them.
+        ("\U0002ebf0", '"\\U0002ebf0"'),
+        ("\u2ffc", '"\\u2ffc"'),
+        ("\u31ef", '"\\u31ef"'),
+        # Unassigned in both.
+        ("\U000323b0", '"\\U000323b0"'),
+    ],
+)
+def test_what_prints_follows_gos_unicode_version_not_pythons(text: str, quoted: str) -> None:
+    """kube-apiserver quotes a bad value with Go's tables (Unicode 15.0.0, recorded with
+    ``strconv.Quote`` of Go 1.26); Python's follow its own version."""
+    assert go_quote(text) == quoted
 
 
 @pytest.mark.parametrize("offset", [MAX_AHEAD, timedelta(0), -timedelta(days=400)])
