@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..common import status
@@ -32,8 +32,6 @@ class Call:
     query: Mapping[str, str]
     body: bytes = b""
     content_type: str = ""
-    user_agent: str | None = None
-    warnings: list[str] = field(default_factory=list)
 
     @property
     def dry_run(self) -> bool:

@@ -49,13 +49,6 @@ def json_response(code: int, body: Any, headers: dict[str, str] | None = None) -
     return Response(code, dumps(body), headers=headers or {})
 
 
-def _warning_header(warnings: list[str]) -> dict[str, str]:
-    if not warnings:
-        return {}
-    # One header value per warning is allowed; joined with ", " as multiple values.
-    return {"Warning": ", ".join(f"299 - {json.dumps(w)}" for w in warnings)}
-
-
 class ClusterApp:
     """Serves the Kubernetes API paths the development cluster supports."""
 
@@ -191,7 +184,6 @@ class ClusterApp:
             query=query,
             body=request.body,
             content_type=request.headers.get("Content-Type", ""),
-            user_agent=request.headers.get("User-Agent"),
         )
         if verb == "create" and not info.subresource and self.admission.configured():
             return self._admitted(request, call, user)
@@ -199,7 +191,7 @@ class ClusterApp:
 
     def _answer(self, request: Request, call: Call) -> Response:
         answer = self._special(call) or self._verb(call)
-        return json_response(answer.code, answer.body, _warning_header(call.warnings))
+        return json_response(answer.code, answer.body)
 
     async def _admitted(self, request: Request, call: Call, user: authz.User) -> Response:
         """A create that mutating webhooks may change first (see auth/admission.py)."""
