@@ -9,7 +9,7 @@ import os
 import sys
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_real_server
 from trainjob_status import StatusReporter
 
 from . import kubeflow_replay
@@ -17,7 +17,7 @@ from .conftest import Pod, stored_status
 from .sdk_like import SdkLikeClient
 
 
-@on_both_servers
+@on_real_server
 async def test_our_client_writes_the_trainer_status(pod: Pod, kube_api: KubeAPI) -> None:
     reporter = StatusReporter(environ=pod.environ)
     assert reporter.report(42, 600, {"loss": 0.25, "accuracy": 0.9}, step=1200, epoch=1.5)
@@ -38,7 +38,7 @@ async def test_our_client_writes_the_trainer_status(pod: Pod, kube_api: KubeAPI)
     await asyncio.to_thread(reporter.close, 0)
 
 
-@on_both_servers
+@on_real_server
 async def test_the_sdk_like_client_works_against_our_server(pod: Pod, kube_api: KubeAPI) -> None:
     sdk = SdkLikeClient(pod.environ)
     assert await asyncio.to_thread(sdk.update_trainjob_status, 30, 120, {"loss": 0.5})
@@ -49,7 +49,7 @@ async def test_the_sdk_like_client_works_against_our_server(pod: Pod, kube_api: 
     assert status["metrics"] == [{"name": "loss", "value": "0.5"}]
 
 
-@on_both_servers
+@on_real_server
 async def test_kubeflow_callback_posts_replayed_against_our_server(
     pod: Pod, kube_api: KubeAPI
 ) -> None:

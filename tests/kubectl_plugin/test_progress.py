@@ -50,7 +50,7 @@ from server import replicas
 from server.aggregation import PROGRESS, available, register, soon, unregister
 from server.conftest import NS
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.harness.pytest_plugin import KubeAPI, MakeStatusServer, on_both_servers
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, MakeStatusServer, on_real_server
 from trainjob_devcluster.harness.realcluster import RealCluster
 from trainjob_devcluster.harness.testing import ServingCerts, eventually
 from trainjob_status.contract import GROUP
@@ -696,7 +696,7 @@ class TestThroughKubectl:
         help_text = await kubectl.ok("trainjob", "progress", "--help")
         assert "usage: kubectl trainjob progress" in help_text
 
-    @on_both_servers
+    @on_real_server
     async def test_table_of_a_namespace_with_chosen_metrics(
         self, kubectl: Kubectl, jobs: float
     ) -> None:
@@ -707,7 +707,7 @@ class TestThroughKubectl:
             "tj-b   -         -                           -     -         -",
         ]
 
-    @on_both_servers
+    @on_real_server
     async def test_all_namespaces_and_names(self, kubectl: Kubectl, jobs: float) -> None:
         # The metrics reported are shown without asking.
         out = await kubectl.ok("trainjob", "progress", "-A")
@@ -723,7 +723,7 @@ class TestThroughKubectl:
             "tj-b   -       -          -     -",
         ]
 
-    @on_both_servers
+    @on_real_server
     async def test_json_and_yaml_for_scripts(self, kubectl: Kubectl, jobs: float) -> None:
         out = await kubectl.ok(
             "trainjob", "progress", "-n", "team-a", "-o", "json", "--metric", "acc"
@@ -1153,7 +1153,7 @@ class TestFreshProgress:
         finally:
             unregister(kube_api)
 
-    @on_both_servers
+    @on_real_server
     async def test_without_the_apiservice_the_status_is_shown_and_nothing_said(
         self, kube_api: KubeAPI, kubectl: Kubectl, pending: Pending
     ) -> None:

@@ -20,7 +20,7 @@ from aiohttp import web
 from cryptography import x509
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_real_server
 from trainjob_status_server.certificates import certs, pki
 from trainjob_status_server.certificates.certs import CertBootstrap, CertSettings, WebhookCABundle
 from trainjob_status_server.certificates.tls import ReloadingTLS
@@ -86,7 +86,7 @@ def files(s: CertSettings) -> tuple[bytes, bytes, bytes]:
     return s.cert_file.read_bytes(), s.key_file.read_bytes(), s.ca_file.read_bytes()
 
 
-@on_both_servers
+@on_real_server
 async def test_bootstrap_creates_the_secret_and_writes_the_files(
     kube_api: KubeAPI, kube: KubeClient, tmp_path: Path
 ) -> None:
@@ -221,7 +221,7 @@ async def test_ca_bundle_is_kept_in_sync(
             await bootstrap.stop()
 
 
-@on_both_servers
+@on_real_server
 async def test_ca_bundle_is_patched_in_the_api_servers_own_configuration(
     kube_api: KubeAPI, kube: KubeClient, tmp_path: Path
 ) -> None:
@@ -264,7 +264,7 @@ async def test_missing_webhook_configuration_is_not_an_error(
     assert stored_bundle(devcluster)
 
 
-@on_both_servers
+@on_real_server
 async def test_an_unusable_secret_is_replaced(
     kube_api: KubeAPI, kube: KubeClient, tmp_path: Path
 ) -> None:

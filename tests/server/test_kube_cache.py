@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers, on_real_server
 from trainjob_status.contract import GROUP
 from trainjob_status.contract import JOBSET_NAME_LABEL as JOBSET
 from trainjob_status_server.kube import (
@@ -257,7 +257,7 @@ async def test_stop_ends_the_watch(
 # -- selection -----------------------------------------------------------------------------
 
 
-@on_both_servers
+@on_real_server
 async def test_a_label_selector_keeps_only_matching_objects(
     kube_api: KubeAPI, start_cache: Any
 ) -> None:
