@@ -131,6 +131,10 @@ async def crowded(
 
 
 CROWD = [f"127.0.1.{i}" for i in range(1, 13)]
+# The connections a post may open, and the refusals allowed in all: a refusal is the
+# race described in the test (seen 0-2 times on a loaded machine), never the rule.
+ATTEMPTS = 5
+MAX_REFUSED = 5
 BODY = b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}'  # dripped
 
 
@@ -150,24 +154,36 @@ async def test_posts_from_another_address_are_served_while_a_crowd_holds_every_s
         async def room() -> bool:
             return slots.room_for("127.0.0.1")
 
-        codes = []
+        codes, refused = [], 0
         for progress in range(1, 11):
-            # A dripped body is slow once awaited SLOW_BODY seconds: until then the crowd's
-            # requests count as moving, by the rule's own definition, and one whose member
-            # just reconnected is young again. What the rule needs, awaited (a loaded
-            # machine stretches the crowd's churn).
-            await eventually(
-                room,
-                f"a crowd connection the rules may close (slow after {SLOW_BODY} s)",
-                every=0.02,
-            )
-            # A new connection for each, as a pod whose keep-alive was closed opens.
-            reader, writer = await connect(crowded, certs, "127.0.0.1")
-            writer.write(post(progress))
-            status, _, body = await answer(reader)
-            writer.close()
-            codes.append((status, body["trainerStatus"]["progressPercentage"]))
+            for _attempt in range(ATTEMPTS):
+                # A dripped body is slow once awaited SLOW_BODY seconds: until then the
+                # crowd's requests count as moving, by the rule's own definition, and one
+                # whose member just reconnected is young again. What the rule needs,
+                # awaited (a loaded machine stretches the crowd's churn).
+                await eventually(
+                    room,
+                    f"a crowd connection the rules may close (slow after {SLOW_BODY} s)",
+                    every=0.02,
+                )
+                # A new connection for each, as a pod whose keep-alive was closed opens.
+                try:
+                    reader, writer = await connect(crowded, certs, "127.0.0.1")
+                except ConnectionResetError:
+                    # Refused, closed unread, by the rules' last line: between the check
+                    # and its arrival every connection they could close became one whose
+                    # request is in progress (the crowd's requests at once, as when it
+                    # has just filled, stretched on a loaded machine) or went to a crowd
+                    # newcomer. The pod's client posts again.
+                    refused += 1
+                    continue
+                writer.write(post(progress))
+                status, _, body = await answer(reader)
+                writer.close()
+                codes.append((status, body["trainerStatus"]["progressPercentage"]))
+                break
     assert codes == [(b"HTTP/1.1 200 OK", p) for p in range(1, 11)]
+    assert refused <= MAX_REFUSED, refused
     await crowded.writer.wait_idle()  # type: ignore[attr-defined]
     obj = devcluster.get("trainjobs", NS, "tj", GROUP)
     assert obj is not None
