@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers, on_real_server
 from trainjob_status_server.certificates import pki
 from trainjob_status_server.kube.cache import WatchCache
 from trainjob_status_server.kube.client import KubeClient
@@ -125,7 +125,7 @@ async def test_the_ca_may_come_later(
         await d.stop()
 
 
-@on_both_servers
+@on_real_server
 async def test_replicas_share_the_configmap(
     kube_api: KubeAPI, kube: KubeClient, trainjobs: WatchCache, tmp_path: Path
 ) -> None:

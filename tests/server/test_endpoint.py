@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.harness.acceptall import AcceptAll
-from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers, on_real_server
 from trainjob_devcluster.harness.testing import eventually
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
@@ -64,7 +64,7 @@ async def test_valid_update_is_written_and_echoed(
     ]
 
 
-@on_both_servers
+@on_real_server
 async def test_a_field_left_out_is_removed(
     poster: Poster, kube_api: KubeAPI, trainjob: str
 ) -> None:

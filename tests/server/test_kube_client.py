@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.harness.kubeconfig import write_kubeconfig
-from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers, on_real_server
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_real_server
 from trainjob_status.contract import GROUP
 from trainjob_status_server.kube import (
     TRAINJOBS,
@@ -49,7 +49,7 @@ def stored(cluster: KubeAPI, name: str) -> dict[str, Any]:
 # -- server-side apply ---------------------------------------------------------------------
 
 
-@on_both_servers
+@on_real_server
 async def test_apply_writes_trainer_status_as_its_field_manager(
     kube: KubeClient, kube_api: KubeAPI
 ) -> None:
@@ -79,7 +79,7 @@ async def test_apply_is_one_request_with_no_read_first(
     assert devcluster.faults.count("get") == 0
 
 
-@on_both_servers
+@on_real_server
 async def test_a_second_apply_without_a_field_removes_it(
     kube: KubeClient, kube_api: KubeAPI
 ) -> None:
@@ -104,7 +104,7 @@ async def test_a_second_apply_without_a_field_removes_it(
     }
 
 
-@on_both_servers
+@on_real_server
 async def test_a_conditional_apply_on_a_changed_object_is_409_and_writes_nothing(
     kube: KubeClient, kube_api: KubeAPI
 ) -> None:
@@ -133,7 +133,7 @@ async def test_a_conditional_apply_on_a_changed_object_is_409_and_writes_nothing
     assert stored(kube_api, "tj")["status"]["trainerStatus"] == first
 
 
-@on_both_servers
+@on_real_server
 async def test_apply_to_a_missing_trainjob_is_404_and_creates_nothing(
     kube: KubeClient, kube_api: KubeAPI
 ) -> None:

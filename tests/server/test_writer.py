@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY
 
 from trainjob_devcluster import DevCluster
 from trainjob_devcluster.harness.acceptall import AcceptAll
-from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers, on_real_server
 from trainjob_status_server.app import StatusServer
 from trainjob_status_server.config import Config
 from trainjob_status_server.status.coalescing import (
@@ -132,7 +132,7 @@ async def test_posts_out_of_order_leave_the_newest(poster: Poster, kube_api: Kub
     assert stored_status(kube_api)["lastUpdatedTime"] == at(200)
 
 
-@on_both_servers
+@on_real_server
 async def test_two_replicas_converge_on_the_newest(
     config: Config, certs: ServingCerts, kube_api: KubeAPI
 ) -> None:
