@@ -147,6 +147,14 @@ async def test_malformed_reviews_are_refused(api: Api, devcluster: DevCluster) -
     code, body, _ = await api.call("POST", PATH, nobody)
     assert (code, body["reason"]) == (400, "BadRequest")
     assert "at least one of user or group must be specified" in body["message"]
+    for field, value, message in (
+        ("groups", "system:masters", "spec.groups must be a list of strings"),
+        ("nonResourceAttributes", {"path": 1}, "spec.nonResourceAttributes.path must be a string"),
+    ):
+        review = non_resource("/metrics")
+        review["spec"][field] = value
+        code, body, _ = await api.call("POST", PATH, review)
+        assert (code, body["reason"], body["message"]) == (400, "BadRequest", message)
     # Nothing is stored: a review is an answer, not an object.
     assert devcluster.list("subjectaccessreviews", group="authorization.k8s.io") == []
 

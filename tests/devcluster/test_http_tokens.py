@@ -52,6 +52,42 @@ async def test_token_request_is_bound_to_the_pod(api: Api, devcluster: DevCluste
     assert answer["details"] == {"name": "no-such-sa", "kind": "serviceaccounts"}
 
 
+async def test_wrongly_typed_token_bodies_are_bad_requests(
+    api: Api, devcluster: DevCluster
+) -> None:
+    devcluster.create_pod(NS, "p", service_account="trainer")
+    for path, body, message in (
+        (
+            f"/api/v1/namespaces/{NS}/serviceaccounts/trainer/token",
+            {"spec": {"expirationSeconds": "3600"}},
+            "spec.expirationSeconds must be a 64-bit integer",
+        ),
+        (
+            f"/api/v1/namespaces/{NS}/serviceaccounts/trainer/token",
+            {"spec": {"boundObjectRef": {"kind": "Pod", "name": 7}}},
+            "spec.boundObjectRef.name must be a string",
+        ),
+        (
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            {"spec": {"token": "t", "audiences": [1]}},
+            "spec.audiences must be a list of strings",
+        ),
+    ):
+        code, answer, _ = await api.call("POST", path, body)
+        assert (code, answer) == (
+            400,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": message,
+                "reason": "BadRequest",
+                "code": 400,
+            },
+        )
+
+
 async def test_oidc_discovery_and_jwks(api: Api, devcluster: DevCluster) -> None:
     code, body, _ = await api.call("GET", "/.well-known/openid-configuration", token=None)
     assert code == 403

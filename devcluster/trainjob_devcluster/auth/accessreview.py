@@ -13,47 +13,31 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..common.faults import RequestInfo
-from ..common.status import bad_request
+from ..common.status import bad_request, body_field
 from . import authz
-from .tokenfmt import object_field, string_field, string_list_field
 
 KIND = "SubjectAccessReview"
 API_VERSION = "authorization.k8s.io/v1"
-_STRUCT = "SubjectAccessReviewSpec"
 
 
 def _attributes(spec: dict[str, Any]) -> tuple[RequestInfo, str, bool]:
     """(request info, API group, is a resource request) from the spec's attributes."""
-    kind, struct = KIND, _STRUCT
-    resource = object_field(
-        kind,
-        spec,
-        "resourceAttributes",
-        struct,
-        "spec.resourceAttributes",
-        "v1.ResourceAttributes",
-    )
-    non_resource = object_field(
-        kind,
-        spec,
-        "nonResourceAttributes",
-        struct,
-        "spec.nonResourceAttributes",
-        "v1.NonResourceAttributes",
-    )
+    resource = body_field(spec, "resourceAttributes", dict, "spec.resourceAttributes")
+    non_resource = body_field(spec, "nonResourceAttributes", dict, "spec.nonResourceAttributes")
     if (resource is None) == (non_resource is None):
         raise bad_request(
-            f"{kind}.authorization.k8s.io is invalid: spec.resourceAttributes: Invalid value: "
+            f"{KIND}.authorization.k8s.io is invalid: spec.resourceAttributes: Invalid value: "
             '"null": exactly one of nonResourceAttributes or resourceAttributes must be specified'
         )
     if non_resource is not None:
-        path = string_field(kind, non_resource, "path", "NonResourceAttributes", "path")
-        verb = string_field(kind, non_resource, "verb", "NonResourceAttributes", "verb")
+        path, verb = (
+            body_field(non_resource, key, str, f"spec.nonResourceAttributes.{key}") or ""
+            for key in ("path", "verb")
+        )
         return RequestInfo(verb.upper(), path, verb), "", False
-    assert resource is not None
+    keys = ("namespace", "verb", "group", "resource", "subresource", "name")
     fields = {
-        key: string_field(kind, resource, key, "ResourceAttributes", key)
-        for key in ("namespace", "verb", "group", "resource", "subresource", "name")
+        key: body_field(resource, key, str, f"spec.resourceAttributes.{key}") or "" for key in keys
     }
     info = RequestInfo(
         "",
@@ -74,18 +58,17 @@ def review(
 ) -> dict[str, Any]:
     """The SubjectAccessReview answer (201) for a request body; ``bindings(namespace)``
     gives the ClusterRoleBindings and the namespace's RoleBindings."""
-    doc = dict(body)
-    spec = object_field(KIND, doc, "spec", KIND, "spec", "v1.SubjectAccessReviewSpec") or {}
-    username = string_field(KIND, spec, "user", _STRUCT, "spec.user")
-    groups = string_list_field(KIND, spec, "groups", _STRUCT, "spec.groups") or []
+    spec = body_field(body, "spec", dict, "spec") or {}
+    username = body_field(spec, "user", str, "spec.user") or ""
+    groups = body_field(spec, "groups", list, "spec.groups") or []
     if not username and not groups:
         raise bad_request(
             f"{KIND}.authorization.k8s.io is invalid: spec.user: Invalid value: "
             '"": at least one of user or group must be specified'
         )
     info, group, is_resource = _attributes(spec)
-    user = authz.User(username, string_field(KIND, spec, "uid", _STRUCT, "spec.uid"), tuple(groups))
-    metadata = object_field(KIND, doc, "metadata", KIND, "metadata", "v1.ObjectMeta") or {}
+    user = authz.User(username, body_field(spec, "uid", str, "spec.uid") or "", tuple(groups))
+    metadata = body_field(body, "metadata", dict, "metadata") or {}
     return {
         "kind": KIND,
         "apiVersion": API_VERSION,

@@ -3,44 +3,36 @@
 One authenticator serves both the TokenReview API and the API server's own bearer
 authentication, as in the real server. The checks run in the real order, since it
 decides the error text: issuer, signature, audiences, times, then the objects the token
-names (service account, secret, pod, node).
+names (service account, pod).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
+import datetime
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..common.status import bad_request
+from ..common.go_text import go_quote
+from ..common.status import bad_request, body_field
 from .signing import MalformedToken, SignatureRejected, SigningKeys
-from .tokenfmt import (
-    aggregate,
-    go_quote_list,
-    object_field,
-    parse_rfc3339,
-    string_field,
-    string_list_field,
-)
-from .tokenrequest import API_VERSION, Lookup, core_not_found
 
-KIND = "TokenReview"
+# lookup(plural, namespace, name) -> the stored object ("serviceaccounts" or "pods"), or None.
+Lookup = Callable[[str, str, str], dict[str, Any] | None]
+
+API_VERSION = "authentication.k8s.io/v1"
 # jwt.DefaultLeeway in go-jose: the slack on exp/nbf/iat and on deletion timestamps.
 LEEWAY_SECONDS = 60.0
 INVALID_BEARER_TOKEN = "invalid bearer token"
 INVALIDATED = "service account token has been invalidated"
 EXTRA_CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
 EXTRA_NODE_NAME = "authentication.kubernetes.io/node-name"
-EXTRA_NODE_UID = "authentication.kubernetes.io/node-uid"
 EXTRA_POD_NAME = "authentication.kubernetes.io/pod-name"
 EXTRA_POD_UID = "authentication.kubernetes.io/pod-uid"
-# The real cache holds a few thousand entries; the bound only keeps memory flat.
-_CACHE_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -81,7 +73,12 @@ def _failure(reason: str | None) -> Outcome:
     # the JWT authenticator's reason; a token it passed on silently gets only the first.
     if reason is None:
         return Outcome(None, error=INVALID_BEARER_TOKEN)
-    return Outcome(None, error=aggregate([INVALID_BEARER_TOKEN, reason]))
+    return Outcome(None, error=f"[{INVALID_BEARER_TOKEN}, {reason}]")
+
+
+def _go_quote_list(values: Sequence[str]) -> str:
+    """Go's ``%q`` of a ``[]string``: ``["a" "b"]``, space separated."""
+    return "[" + " ".join(go_quote(v) for v in values) + "]"
 
 
 _RAW_URL_B64 = re.compile(r"^[A-Za-z0-9_-]*$")
@@ -142,27 +139,22 @@ def _ref(private: Mapping[str, Any], key: str) -> tuple[str, str] | None:
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata")
-    uid = meta.get("uid") if isinstance(meta, dict) else None
+    uid = obj["metadata"].get("uid")
     return uid if isinstance(uid, str) else ""
 
 
 def _deleted_before(obj: Mapping[str, Any], cutoff: float) -> bool:
-    meta = obj.get("metadata")
-    stamp = parse_rfc3339(meta.get("deletionTimestamp")) if isinstance(meta, dict) else None
-    return stamp is not None and stamp < cutoff
+    stamp = obj["metadata"].get("deletionTimestamp")
+    try:
+        moment = datetime.datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        return False
+    return moment is not None and moment.tzinfo is not None and moment.timestamp() < cutoff
 
 
-class ServiceAccountAuthenticator:
-    """Authenticates service-account JWTs from one issuer.
-
-    ``success_cache_ttl``: kube-apiserver caches successful authentications for 10 s per
-    (token, audiences) (``--token-success-cache-ttl``), so right after a bound pod is
-    deleted its token still authenticates for up to 10 s with the same audiences, and a
-    different audience list misses the cache and fails. The default here is 0 (no
-    cache) so tests see deletions at once; pass 10 to reproduce the real delay.
-    Failures are never cached, as with the real defaults.
-    """
+class TokenAuthenticator:
+    """Authenticates service-account JWTs from one issuer, with no cache of successes
+    (kube-apiserver keeps them 10 s), so a deleted pod's token fails at once."""
 
     def __init__(
         self,
@@ -170,58 +162,29 @@ class ServiceAccountAuthenticator:
         api_audiences: Sequence[str],
         keys: SigningKeys,
         clock: Callable[[], float],
-        success_cache_ttl: float = 0.0,
     ) -> None:
-        self._issuer = issuer
-        self._api_audiences = tuple(api_audiences)
-        self._keys = keys
+        self.issuer = issuer
+        self.api_audiences = tuple(api_audiences)
+        self.keys = keys
         self._clock = clock
-        self._ttl = success_cache_ttl
-        # Keyed by a digest, never the token itself, so no live credential sits in memory
-        # longer than the request that carried it.
-        self._cache: dict[tuple[bytes, tuple[str, ...]], tuple[float, Outcome]] = {}
 
-    def authenticate(self, token: str, audiences: Sequence[str], lookup: Lookup) -> Outcome:
+    def check(self, token: str, audiences: Sequence[str], lookup: Lookup) -> Outcome:
         """Authenticate ``token`` for the requested ``audiences`` (the API's if empty)."""
-        requested = tuple(audiences) or self._api_audiences
-        now = self._clock()
-        key = (hashlib.sha256(token.encode("utf-8")).digest(), requested)
-        cached = self._cache.get(key)
-        if cached is not None:
-            if cached[0] > now:
-                return cached[1]
-            del self._cache[key]
-        outcome = self._authenticate(token, requested, lookup, now)
-        if outcome.user is not None and self._ttl > 0:
-            self._remember(key, now + self._ttl, outcome, now)
-        return outcome
-
-    def _remember(
-        self, key: tuple[bytes, tuple[str, ...]], expires: float, outcome: Outcome, now: float
-    ) -> None:
-        if len(self._cache) >= _CACHE_LIMIT:
-            for stale in [k for k, (until, _) in self._cache.items() if until <= now]:
-                del self._cache[stale]
-        while len(self._cache) >= _CACHE_LIMIT:
-            del self._cache[next(iter(self._cache))]  # oldest insertion first
-        self._cache[key] = (expires, outcome)
-
-    def _authenticate(
-        self, token: str, requested: tuple[str, ...], lookup: Lookup, now: float
-    ) -> Outcome:
+        requested = tuple(audiences) or self.api_audiences
         # Tokens from another issuer (or not JWTs at all) are not this authenticator's
         # business: the real one passes on them without a reason.
-        if _unverified_issuer(token) != self._issuer:
+        if _unverified_issuer(token) != self.issuer:
             return _failure(None)
         try:
-            claims = self._keys.verify_signature(token)
-            token_audiences = _audiences(claims) or list(self._api_audiences)
+            claims = self.keys.verify_signature(token)
+            token_audiences = _audiences(claims) or list(self.api_audiences)
             matched = tuple(a for a in token_audiences if a in requested)
-            if not matched and self._api_audiences:
+            if not matched and self.api_audiences:
                 raise _Rejected(
-                    f"token audiences {go_quote_list(token_audiences)} is invalid for the "
-                    f"target audiences {go_quote_list(requested)}"
+                    f"token audiences {_go_quote_list(token_audiences)} is invalid for the "
+                    f"target audiences {_go_quote_list(requested)}"
                 )
+            now = self._clock()
             _check_times(claims, now)
             user = self._validate_objects(claims, lookup, now)
         except MalformedToken:
@@ -230,7 +193,8 @@ class ServiceAccountAuthenticator:
             return _failure(str(exc))
         return Outcome(user, matched)
 
-    def _validate_objects(self, claims: Mapping[str, Any], lookup: Lookup, now: float) -> User:
+    @staticmethod
+    def _validate_objects(claims: Mapping[str, Any], lookup: Lookup, now: float) -> User:
         private = claims.get("kubernetes.io")
         if not isinstance(private, dict):
             raise MalformedToken("no kubernetes.io claims")
@@ -239,33 +203,35 @@ class ServiceAccountAuthenticator:
             raise MalformedToken("namespace is not a string")
         sa_name, sa_uid = _ref(private, "serviceaccount") or ("", "")
         cutoff = now - LEEWAY_SECONDS
-        account = lookup("ServiceAccount", namespace, sa_name)
+        account = lookup("serviceaccounts", namespace, sa_name)
         if account is None:
-            raise _Rejected(core_not_found("serviceaccounts", sa_name).message)
+            raise _Rejected(f"serviceaccounts {go_quote(sa_name)} not found")
         if _uid(account) != sa_uid:
             raise _Rejected(
                 f"service account UID ({_uid(account)}) does not match claim ({sa_uid})"
             )
         if _deleted_before(account, cutoff):
             raise _Rejected(f"service account {namespace}/{sa_name} has been deleted")
-        secret = _ref(private, "secret")
-        if secret is not None:
-            self._check_bound(lookup("Secret", namespace, secret[0]), "secret", secret[1], cutoff)
         pod = _ref(private, "pod")
         if pod is not None:
-            self._check_bound(lookup("Pod", namespace, pod[0]), "pod", pod[1], cutoff)
+            found = lookup("pods", namespace, pod[0])
+            if found is None:
+                raise _Rejected(INVALIDATED)
+            if _uid(found) != pod[1]:
+                raise _Rejected(
+                    f"pod UID ({_uid(found)}) does not match service account pod ref claim "
+                    f"({pod[1]})"
+                )
+            if _deleted_before(found, cutoff):
+                raise _Rejected(INVALIDATED)
+        # A pod-bound token names the pod's node; the node itself is not checked.
         node = _ref(private, "node")
-        if node is not None and pod is None:
-            # Only node-bound tokens need the Node; a pod-bound token merely reports it.
-            self._check_bound(lookup("Node", "", node[0]), "node", node[1], cutoff)
         extra: list[tuple[str, tuple[str, ...]]] = []
         jti = claims.get("jti")
         if isinstance(jti, str) and jti:
             extra.append((EXTRA_CREDENTIAL_ID, (f"JTI={jti}",)))
         if node is not None and node[0]:
             extra.append((EXTRA_NODE_NAME, (node[0],)))
-            if node[1]:
-                extra.append((EXTRA_NODE_UID, (node[1],)))
         if pod is not None and pod[0] and pod[1]:
             extra += [(EXTRA_POD_NAME, (pod[0],)), (EXTRA_POD_UID, (pod[1],))]
         return User(
@@ -279,49 +245,38 @@ class ServiceAccountAuthenticator:
             extra=tuple(sorted(extra)),
         )
 
-    @staticmethod
-    def _check_bound(
-        obj: Mapping[str, Any] | None, what: str, claimed_uid: str, cutoff: float
-    ) -> None:
-        if obj is None:
-            raise _Rejected(INVALIDATED)
-        if _uid(obj) != claimed_uid:
-            raise _Rejected(
-                f"{what} UID ({_uid(obj)}) does not match service account {what} ref claim "
-                f"({claimed_uid})"
-            )
-        if _deleted_before(obj, cutoff):
-            raise _Rejected(INVALIDATED)
+    def review(self, body: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+        """The TokenReview answer (201) for a request body, or raise ApiError (400)."""
+        spec = body_field(body, "spec", dict, "spec") or {}
+        token = body_field(spec, "token", str, "spec.token")
+        audiences = body_field(spec, "audiences", list, "spec.audiences")
+        if not token:
+            raise bad_request("token is required for TokenReview in authentication")
+        metadata = body_field(body, "metadata", dict, "metadata") or {}
+        outcome = self.check(token, audiences or (), lookup)
+        status: dict[str, Any]
+        if outcome.user is not None:
+            status = {"authenticated": True, "user": outcome.user.to_json()}
+            if outcome.audiences:
+                status["audiences"] = list(outcome.audiences)
+        else:
+            status = {"user": {}, "error": outcome.error}
+        echoed: dict[str, Any] = {"token": token}
+        if audiences:
+            echoed["audiences"] = audiences
+        return {
+            "kind": "TokenReview",
+            "apiVersion": API_VERSION,
+            "metadata": dict(metadata),
+            "spec": echoed,
+            "status": status,
+        }
 
+    def authenticate(self, token: str, lookup: Lookup) -> dict[str, Any] | None:
+        """The user behind a bearer token sent to the API itself, or None (answer 401).
 
-def review(
-    body: Mapping[str, Any], authenticator: ServiceAccountAuthenticator, lookup: Lookup
-) -> dict[str, Any]:
-    """The TokenReview answer (201) for a request body.
-
-    The caller adds ``metadata.managedFields`` if it records them.
-    """
-    spec = object_field(KIND, dict(body), "spec", KIND, "spec", "v1.TokenReviewSpec") or {}
-    token = string_field(KIND, spec, "token", "TokenReviewSpec", "spec.token")
-    audiences = string_list_field(KIND, spec, "audiences", "TokenReviewSpec", "spec.audiences")
-    if not token:
-        raise bad_request("token is required for TokenReview in authentication")
-    metadata = object_field(KIND, dict(body), "metadata", KIND, "metadata", "v1.ObjectMeta") or {}
-    outcome = authenticator.authenticate(token, audiences or (), lookup)
-    status: dict[str, Any]
-    if outcome.user is not None:
-        status = {"authenticated": True, "user": outcome.user.to_json()}
-        if outcome.audiences:
-            status["audiences"] = list(outcome.audiences)
-    else:
-        status = {"user": {}, "error": outcome.error}
-    echoed: dict[str, Any] = {"token": token}
-    if audiences:
-        echoed["audiences"] = audiences
-    return {
-        "kind": KIND,
-        "apiVersion": API_VERSION,
-        "metadata": dict(metadata),
-        "spec": echoed,
-        "status": status,
-    }
+        The token's audiences must include an API audience: a token minted for another
+        audience is refused even though its signature is good.
+        """
+        outcome = self.check(token, self.api_audiences, lookup)
+        return outcome.user.to_json() if outcome.user is not None else None

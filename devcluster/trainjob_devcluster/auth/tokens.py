@@ -1,117 +1,140 @@
 """Service-account tokens of the development cluster: the one entry point for the HTTP layer.
 
-:class:`TokenIssuer` answers OIDC discovery, TokenRequest, TokenReview and the API
-server's own bearer authentication of service-account tokens, the way kube-apiserver
-v1.36 does (see tests/devcluster/test_tokens.py for the recorded answers it matches).
-Everything here is pure: no network, no logging, time from an injected clock. Tokens
-are never logged or put into error messages.
+:class:`TokenIssuer` answers OIDC discovery, TokenRequest (``POST
+.../serviceaccounts/NAME/token``), TokenReview and the API server's own bearer
+authentication of service-account tokens, the way kube-apiserver v1.36 does (see
+tests/devcluster/test_tokens.py for the recorded answers it matches). A token is bound
+to a Pod or to nothing, and a TokenRequest's metadata is ignored. Everything here is
+pure: no network, no logging, time from an injected clock. Tokens are never logged or put
+into error messages.
 """
 
 from __future__ import annotations
 
+import math
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..common.status import ApiError
-from .signing import (
-    ALGORITHM,
-    CRYPTO_FAILURE,
-    NO_KEYS_FOUND,
-    MalformedToken,
-    SignatureRejected,
-    SigningKeys,
-    key_id,
-)
-from .tokenrequest import Lookup, check_target, core_not_found, create, service_account_not_found
-from .tokenreview import ServiceAccountAuthenticator, review
+from ..common.go_text import go_quote
+from ..common.status import ApiError, Cause, bad_request, body_field
+from ..storage.objects import rfc3339
+from .signing import ALGORITHM, SigningKeys
+from .tokenreview import API_VERSION, Lookup, TokenAuthenticator
 
-__all__ = [
-    "ALGORITHM",
-    "CONFIGURATION_CONTENT_TYPE",
-    "CONFIGURATION_PATH",
-    "CRYPTO_FAILURE",
-    "JWKS_CONTENT_TYPE",
-    "JWKS_PATH",
-    "NO_KEYS_FOUND",
-    "Lookup",
-    "MalformedToken",
-    "SignatureRejected",
-    "SigningKeys",
-    "TokenIssuer",
-    "accept_matches",
-    "check_target",
-    "core_not_found",
-    "key_id",
-    "not_acceptable",
-    "service_account_not_found",
-]
+__all__ = ["Lookup", "SigningKeys", "TokenIssuer"]
 
-CONFIGURATION_PATH = "/.well-known/openid-configuration"
-JWKS_PATH = "/openid/v1/jwks"
-CONFIGURATION_CONTENT_TYPE = "application/json"
 JWKS_CONTENT_TYPE = "application/jwk-set+json"
+GROUP = "authentication.k8s.io"
+KIND = "TokenRequest"
+DEFAULT_EXPIRATION_SECONDS = 3600
+MIN_EXPIRATION_SECONDS = 600
+MAX_EXPIRATION_SECONDS = 1 << 32
+# Pods stored without spec.serviceAccountName run as this account: the ServiceAccount
+# admission plugin of a real server fills it in.
+DEFAULT_SERVICE_ACCOUNT = "default"
 
 
-def accept_matches(accept: str | None, produces: str) -> bool:
-    """go-restful's Accept check, which kube-apiserver uses for the discovery routes.
-
-    A missing or empty header counts as ``*/*``. Each listed type is compared without
-    its parameters; only ``*/*`` is a wildcard (``application/*`` is not), and q values
-    are ignored. So ``application/json`` alone gets 406 from the JWKS route.
-    """
-    if not accept:
-        return True
-    for entry in accept.split(","):
-        media = entry.split(";", 1)[0].strip()
-        if media in ("*/*", produces):
-            return True
-    return False
-
-
-def not_acceptable(produces: str) -> ApiError:
-    """406 as the real server words it (go-restful's text inside a Status)."""
+def _expiration_invalid(value: int, why: str) -> ApiError:
+    # The real server validates before the request has a name, so the message says ""
+    # and details carry no name (unlike status.invalid, which always sets one).
+    message = f"Invalid value: {value}: {why}"
     return ApiError(
-        406,
-        "NotAcceptable",
-        f"406: Not Acceptable\n\nAvailable representations: {produces}",
-        {},
+        422,
+        "Invalid",
+        f'{KIND}.{GROUP} "" is invalid: spec.expirationSeconds: {message}',
+        {
+            "group": GROUP,
+            "kind": KIND,
+            "causes": [Cause("FieldValueInvalid", message, "spec.expirationSeconds").to_json()],
+        },
     )
 
 
-class TokenIssuer:
+def _check_name(name: str) -> None:
+    """The storage key checks a real server applies before the lookup (400)."""
+    if not name:
+        raise bad_request("Name parameter required.")
+    problems = [f"may not be '{name}'"] if name in (".", "..") else []
+    problems += [f"may not contain '{c}'" for c in "/%" if c in name]
+    if problems:
+        raise bad_request(f"Name parameter invalid: {go_quote(name)}: {';'.join(problems)}")
+
+
+def _claim(name: str, uid: str) -> dict[str, str]:
+    """An object reference claim; both members are omitempty in the real claims."""
+    return {key: value for key, value in (("name", name), ("uid", uid)) if value}
+
+
+def _bind_pod(
+    ref: Mapping[str, Any], sa_name: str, namespace: str, lookup: Lookup
+) -> dict[str, Any]:
+    """The ``pod`` and ``node`` claims of a token bound to the Pod ``ref`` names."""
+    path = "spec.boundObjectRef"
+    kind, api_version, name, want_uid = (
+        body_field(ref, key, str, f"{path}.{key}") or ""
+        for key in ("kind", "apiVersion", "name", "uid")
+    )
+    group, _, version = api_version.rpartition("/")
+    if "/" in group:  # Go cannot parse "a/b/c" and keeps only the kind
+        group = version = ""
+    if group or kind != "Pod":
+        raise bad_request(f"cannot bind token to object of type {group}/{version}, Kind={kind}")
+    _check_name(name)
+    pod = lookup("pods", namespace, name)
+    if pod is None:
+        raise ApiError(
+            404, "NotFound", f"pods {go_quote(name)} not found", {"name": name, "kind": "pods"}
+        )
+    spec = pod.get("spec") or {}
+    if (spec.get("serviceAccountName") or DEFAULT_SERVICE_ACCOUNT) != sa_name:
+        raise bad_request(
+            f"cannot bind token for serviceaccount {go_quote(sa_name)} to pod running "
+            "with different serviceaccount name."
+        )
+    uid = pod["metadata"].get("uid", "")
+    if want_uid and want_uid != uid:
+        raise ApiError(
+            409,
+            "Conflict",
+            f"Operation cannot be fulfilled on Pod {go_quote(name)}: the UID in the bound "
+            f"object reference ({want_uid}) does not match the UID in record. The object "
+            "might have been deleted and then recreated",
+            {"name": name, "kind": "Pod"},
+        )
+    claims: dict[str, Any] = {"pod": _claim(name, uid)}
+    node = spec.get("nodeName")
+    if isinstance(node, str) and node:
+        # There are no Node objects here: the claim has the node's name and no uid, as
+        # upstream writes it for a node it cannot find.
+        claims["node"] = _claim(node, "")
+    return claims
+
+
+class TokenIssuer(TokenAuthenticator):
     """Issues and checks service-account tokens for one issuer.
 
-    ``clock`` returns epoch seconds. ``success_cache_ttl`` mirrors kube-apiserver's
-    10 s cache of successful authentications but defaults to 0 (off): see
-    :class:`~.tokenreview.ServiceAccountAuthenticator`. ``new_id`` makes the ``jti``
-    claim (a random UUID by default; tests pin it).
+    ``clock`` returns epoch seconds. ``new_id`` makes the ``jti`` claim (a random UUID
+    by default; tests pin it).
     """
 
     def __init__(
         self,
         issuer: str,
-        api_audiences: list[str],
+        api_audiences: Sequence[str],
         keys: SigningKeys,
         clock: Callable[[], float],
         *,
-        success_cache_ttl: float = 0.0,
         new_id: Callable[[], str] | None = None,
     ) -> None:
-        self.issuer = issuer
-        self.api_audiences: tuple[str, ...] = tuple(api_audiences)
-        self.keys = keys
-        self._clock = clock
+        super().__init__(issuer, api_audiences, keys, clock)
         self._new_id = new_id or (lambda: str(uuid.uuid4()))
-        self._authenticator = ServiceAccountAuthenticator(
-            issuer, self.api_audiences, keys, clock, success_cache_ttl
-        )
 
     def openid_configuration(self, base_url: str) -> dict[str, Any]:
         """``/.well-known/openid-configuration``; ``base_url`` is the server's own address."""
         return {
             "issuer": self.issuer,
-            "jwks_uri": base_url.rstrip("/") + JWKS_PATH,
+            "jwks_uri": base_url.rstrip("/") + "/openid/v1/jwks",
             "response_types_supported": ["id_token"],
             "subject_types_supported": ["public"],
             "id_token_signing_alg_values_supported": [ALGORITHM],
@@ -122,52 +145,87 @@ class TokenIssuer:
         return self.keys.jwks()
 
     @staticmethod
-    def jwks_acceptable(accept_header: str | None) -> bool:
-        """False means answer :meth:`jwks_not_acceptable` (406)."""
-        return accept_matches(accept_header, JWKS_CONTENT_TYPE)
+    def jwks_acceptable(accept: str | None) -> bool:
+        """go-restful's Accept check, which kube-apiserver uses for the JWKS route; False
+        means answer :meth:`jwks_not_acceptable` (406).
+
+        A missing or empty header counts as ``*/*``. Each listed type is compared without
+        its parameters; only ``*/*`` is a wildcard (``application/*`` is not), and q values
+        are ignored. So ``application/json`` alone gets 406.
+        """
+        media = (entry.split(";", 1)[0].strip() for entry in (accept or "*/*").split(","))
+        return any(m in ("*/*", JWKS_CONTENT_TYPE) for m in media)
 
     @staticmethod
     def jwks_not_acceptable() -> ApiError:
-        return not_acceptable(JWKS_CONTENT_TYPE)
-
-    @staticmethod
-    def openid_configuration_acceptable(accept_header: str | None) -> bool:
-        return accept_matches(accept_header, CONFIGURATION_CONTENT_TYPE)
+        """406 as the real server words it (go-restful's text inside a Status)."""
+        return ApiError(
+            406,
+            "NotAcceptable",
+            f"406: Not Acceptable\n\nAvailable representations: {JWKS_CONTENT_TYPE}",
+            {},
+        )
 
     def request_token(
         self,
         namespace: str,
-        service_account: dict[str, Any],
-        body: dict[str, Any],
+        service_account: Mapping[str, Any],
+        body: Mapping[str, Any],
         lookup: Lookup,
     ) -> dict[str, Any]:
         """The TokenRequest answer (201) for ``service_account``, or raise ApiError.
 
-        The caller resolves the account first and answers
-        ``service_account_not_found(name)`` when it is missing (calling
-        ``check_target`` before the lookup gives the real server's precedence).
+        The caller looks the account up and answers 404 when it is missing. Checks run
+        in the real server's order: defaults, expirationSeconds, then the bound object.
         """
-        return create(
-            issuer=self.issuer,
-            api_audiences=self.api_audiences,
-            keys=self.keys,
-            now=self._clock(),
-            new_id=self._new_id,
-            namespace=namespace,
-            service_account=service_account,
-            body=body,
-            lookup=lookup,
+        sa_name = service_account["metadata"]["name"]
+        sa_uid = service_account["metadata"].get("uid", "")
+        body_field(body, "metadata", dict, "metadata")  # type-checked, otherwise not read
+        spec = body_field(body, "spec", dict, "spec") or {}
+        audiences = body_field(spec, "audiences", list, "spec.audiences") or list(
+            self.api_audiences
         )
-
-    def review(self, body: dict[str, Any], lookup: Lookup) -> dict[str, Any]:
-        """The TokenReview answer (201), or raise ApiError (400) for a malformed body."""
-        return review(body, self._authenticator, lookup)
-
-    def authenticate(self, token: str, lookup: Lookup) -> dict[str, Any] | None:
-        """The user behind a bearer token sent to the API itself, or None (answer 401).
-
-        The token's audiences must include an API audience: a token minted for another
-        audience is refused even though its signature is good.
-        """
-        outcome = self._authenticator.authenticate(token, self.api_audiences, lookup)
-        return outcome.user.to_json() if outcome.user is not None else None
+        expiration = body_field(spec, "expirationSeconds", int, "spec.expirationSeconds")
+        if expiration is None:
+            expiration = DEFAULT_EXPIRATION_SECONDS
+        if expiration < MIN_EXPIRATION_SECONDS:
+            raise _expiration_invalid(expiration, "may not specify a duration less than 10 minutes")
+        if expiration > MAX_EXPIRATION_SECONDS:
+            raise _expiration_invalid(
+                expiration, "may not specify a duration larger than 2^32 seconds"
+            )
+        ref = body_field(spec, "boundObjectRef", dict, "spec.boundObjectRef")
+        private = {"namespace": namespace, "serviceaccount": _claim(sa_name, sa_uid)}
+        if ref is not None:
+            private.update(_bind_pod(ref, sa_name, namespace, lookup))
+        # JWT dates are whole seconds; metav1.Time truncates the same way.
+        issued = math.floor(self._clock())
+        token = self.keys.sign(
+            {
+                "aud": audiences,
+                "exp": issued + expiration,
+                "iat": issued,
+                "iss": self.issuer,
+                "jti": self._new_id(),
+                "kubernetes.io": private,
+                "nbf": issued,
+                "sub": f"system:serviceaccount:{namespace}:{sa_name}",
+            }
+        )
+        answer_spec: dict[str, Any] = {"audiences": audiences, "expirationSeconds": expiration}
+        if ref is not None:
+            # Known members only, empty ones omitted (omitempty), in Go field order.
+            members = ("kind", "apiVersion", "name", "uid")
+            answer_spec["boundObjectRef"] = {k: ref[k] for k in members if ref.get(k)}
+        return {
+            "kind": KIND,
+            "apiVersion": API_VERSION,
+            "metadata": {
+                "name": sa_name,
+                "namespace": namespace,
+                "uid": sa_uid,
+                "creationTimestamp": rfc3339(issued),
+            },
+            "spec": answer_spec,
+            "status": {"token": token, "expirationTimestamp": rfc3339(issued + expiration)},
+        }

@@ -6,6 +6,7 @@ them against recorded answers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +113,30 @@ def invalid(kind_qualified: str, group: str, kind: str, name: str, causes: list[
 
 def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
+
+
+_JSON_TYPES = {
+    str: "a string",
+    int: "a 64-bit integer",
+    dict: "an object",
+    list: "a list of strings",
+}
+
+
+def body_field(obj: Mapping[str, Any], key: str, want: type, path: str) -> Any:
+    """``obj[key]`` of a decoded request body, None when absent or null; 400 naming ``path``
+    when it has another JSON type than ``want`` (str, int for int64, dict, list of str)."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    ok = isinstance(value, want) and not isinstance(value, bool)
+    if want is int:
+        ok = ok and -(1 << 63) <= value < 1 << 63
+    elif want is list:
+        ok = ok and all(isinstance(item, str) for item in value)
+    if not ok:
+        raise bad_request(f"{path} must be {_JSON_TYPES[want]}")
+    return value
 
 
 def internal(message: str) -> ApiError:

@@ -179,7 +179,7 @@ class DevCluster(workloads.TrainJobWorkloads):
         if sa is None:
             raise KeyError(f"serviceaccount {namespace}/{service_account} not found")
         spec = self.token_request_spec(namespace, audiences, pod, expiration_seconds)
-        answer = self.tokens.request_token(namespace, sa, {"spec": spec}, self.app._lookup)
+        answer = self.tokens.request_token(namespace, sa, {"spec": spec}, self.store.get)
         token = answer["status"]["token"]
         assert isinstance(token, str)
         return token

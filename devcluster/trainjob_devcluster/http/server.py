@@ -91,7 +91,7 @@ class ClusterApp:
             raise status.unauthorized()
         if hmac.compare_digest(token.encode(), self.admin_token.encode()):
             return authz.ADMIN
-        user = self.tokens.authenticate(token, self._lookup)
+        user = self.tokens.authenticate(token, self.store.get)
         if user is None:
             raise status.unauthorized()
         return authz.User(user["username"], user.get("uid", ""), tuple(user.get("groups", ())))
@@ -247,11 +247,11 @@ class ClusterApp:
             if sa is None:
                 raise status.not_found("serviceaccounts", "", "serviceaccounts", info.name)
             body = self._json_object(call)
-            return Answer(201, self.tokens.request_token(info.namespace, sa, body, self._lookup))
+            return Answer(201, self.tokens.request_token(info.namespace, sa, body, self.store.get))
         if info.resource == "tokenreviews":
             if info.verb != "create":
                 raise status.method_not_allowed()
-            return Answer(201, self.tokens.review(self._json_object(call), self._lookup))
+            return Answer(201, self.tokens.review(self._json_object(call), self.store.get))
         if info.resource == "subjectaccessreviews":
             if info.verb != "create":
                 raise status.method_not_allowed()
@@ -266,12 +266,6 @@ class ClusterApp:
 
     def _json_object(self, call: Call) -> Obj:
         return bodies.decode_object(call.body, call.content_type)
-
-    def _lookup(self, kind: str, namespace: str, name: str) -> Obj | None:
-        plural = {"Pod": "pods", "Secret": "secrets", "ServiceAccount": "serviceaccounts"}.get(kind)
-        if plural is None:
-            return None
-        return self.store.get(plural, namespace, name)
 
     def _default_service_account(self, namespace: str) -> None:
         """The service-account controller's job: every namespace gets ``default``."""
