@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 
 from trainjob_devcluster import DevCluster
-from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers, on_real_server
 from trainjob_status.contract import JOBSET_NAME_LABEL
 from trainjob_status_server.auth.jwks import JWKS_ACCEPT
 from trainjob_status_server.config import Config
@@ -236,7 +236,7 @@ async def test_the_periodic_refresh_follows_rotation_without_traffic(
 # -- issuer discovery ---------------------------------------------------------------------------
 
 
-@on_both_servers
+@on_real_server
 async def test_issuer_from_the_servers_own_token(
     cluster: KubeAPI, config: Config, certs: ServingCerts, tmp_path: Path
 ) -> None:
@@ -248,7 +248,7 @@ async def test_issuer_from_the_servers_own_token(
         assert (await rig.post(mint(cluster)))[0] == 200
 
 
-@on_both_servers
+@on_real_server
 async def test_issuer_from_oidc_discovery_without_a_token_file(
     cluster: KubeAPI, config: Config, certs: ServingCerts, tmp_path: Path
 ) -> None:
@@ -259,7 +259,7 @@ async def test_issuer_from_oidc_discovery_without_a_token_file(
         assert (await rig.post(mint(cluster)))[0] == 200
 
 
-@on_both_servers
+@on_real_server
 async def test_a_configured_issuer_other_than_the_tokens_refuses_them(
     cluster: KubeAPI, config: Config, certs: ServingCerts
 ) -> None:
@@ -341,7 +341,7 @@ async def test_membership_check_off_admits_pods_of_other_trainjobs(
         assert (await rig.post(mint(cluster, pod="loose")))[0] == 200
 
 
-@on_both_servers
+@on_real_server
 async def test_unbound_tokens_pass_only_when_allowed(
     cluster: KubeAPI, config: Config, certs: ServingCerts
 ) -> None:
@@ -363,7 +363,7 @@ async def test_token_review_unavailable_is_503_and_not_remembered(
         assert (await rig.post(token))[0] == 200
 
 
-@on_both_servers
+@on_real_server
 async def test_token_review_mode_accepts_what_the_api_server_reviews(
     cluster: KubeAPI, config: Config, certs: ServingCerts
 ) -> None:
