@@ -25,6 +25,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from prometheus_client import REGISTRY
 
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI
+from trainjob_devcluster.harness.realcluster import RealCluster
 from trainjob_status.contract import JOBSET_NAME_LABEL as LABEL
 from trainjob_status.contract import RESOURCE, audience
 from trainjob_status_server.app import StatusServer
@@ -126,7 +128,14 @@ def add_pod(
     return str(pod["metadata"]["uid"])
 
 
-def relabel(cluster: DevCluster, name: str, labels: dict[str, str], namespace: str = NS) -> None:
+def relabel(cluster: KubeAPI, name: str, labels: dict[str, str], namespace: str = NS) -> None:
+    """Replaces pod ``name``'s labels: through the API on the real server (a JSON patch),
+    in the store on the development cluster (its watchers see it the same way)."""
+    if isinstance(cluster, RealCluster):
+        replace = [{"op": "replace", "path": "/metadata/labels", "value": labels}]
+        path = cluster.path("pods", namespace, name)
+        cluster.call("PATCH", path, replace, content_type="application/json-patch+json")
+        return
     qualified = cluster.resource("pods").qualified
     old = cluster.store.get(qualified, namespace, name)
     assert old is not None

@@ -14,6 +14,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_real_server
 from trainjob_devcluster.harness.testing import eventually
 from trainjob_status.contract import JOBSET_NAME_LABEL, audience
 from trainjob_status_server.auth.ownership import controller_of, owned_through
@@ -92,23 +93,24 @@ def mode(value: str) -> float:
     return REGISTRY.get_sample_value("trainjob_status_pod_binding_mode", {"mode": value}) or 0.0
 
 
-def stored(cluster: DevCluster, name: str) -> Any:
+def stored(cluster: KubeAPI, name: str) -> Any:
     found = cluster.get("trainjobs", NS, name, GROUP) or {}
     return (found.get("status") or {}).get("trainerStatus")
 
 
+@on_real_server
 async def test_a_pod_labelled_into_another_trainjob_is_refused_by_ownership(
-    devcluster: DevCluster, config: Config, certs: ServingCerts, caplog: pytest.LogCaptureFixture
+    kube_api: KubeAPI, config: Config, certs: ServingCerts, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="trainjob_status_server.auth.ownership")
     for name in (VICTIM, MINE):
-        devcluster.create_trainjob(NS, name)
-    add_pod(devcluster, "victim-node-0-0", job=VICTIM)
+        kube_api.create_trainjob(NS, name)
+    add_pod(kube_api, "victim-node-0-0", job=VICTIM)
     # A pod of its own TrainJob, labelled into the victim's; and one with no owner.
-    intruder = devcluster.create_trainjob_pod(NS, MINE, "intruder", service_account=SA)
-    devcluster.create_pod(NS, "stray", service_account=SA, labels={JOBSET_NAME_LABEL: VICTIM})
-    relabel(devcluster, "intruder", {**intruder["metadata"]["labels"], JOBSET_NAME_LABEL: VICTIM})
-    async with running_with_tokens(devcluster, config, certs, server_budgets=True) as rig:
+    intruder = kube_api.create_trainjob_pod(NS, MINE, "intruder", service_account=SA)
+    kube_api.create_pod(NS, "stray", service_account=SA, labels={JOBSET_NAME_LABEL: VICTIM})
+    relabel(kube_api, "intruder", {**intruder["metadata"]["labels"], JOBSET_NAME_LABEL: VICTIM})
+    async with running_with_tokens(kube_api, config, certs, server_budgets=True) as rig:
         await noted(rig)
         # One JobSet watch: the owner chain reads the injector's cache.
         assert rig.server.jobset_steps is not None
@@ -116,31 +118,32 @@ async def test_a_pod_labelled_into_another_trainjob_is_refused_by_ownership(
         assert rig.auth.binding.owners is not None
         assert rig.auth.binding.owners.jobsets is rig.server.jobset_steps.jobsets
         for pod in ("intruder", "stray"):
-            token = mint(devcluster, pod=pod, aud=audience(NS, VICTIM))
+            token = mint(kube_api, pod=pod, aud=audience(NS, VICTIM))
             assert await rig.refused(token, name=VICTIM) == (403, "Forbidden", "not_owned")
-        assert stored(devcluster, VICTIM) is None
-        genuine = mint(devcluster, pod="victim-node-0-0", aud=audience(NS, VICTIM))
+        assert stored(kube_api, VICTIM) is None
+        genuine = mint(kube_api, pod="victim-node-0-0", aud=audience(NS, VICTIM))
         assert (await rig.post(genuine, name=VICTIM))[0] == 200
-        assert stored(devcluster, VICTIM) is not None
+        assert stored(kube_api, VICTIM) is not None
     assert (mode("ownership"), mode("labels")) == (1.0, 0.0)
     lines = [r for r in caplog.records if r.getMessage() == "pod binding mode"]
     assert [r.__dict__["mode"] for r in lines] == ["ownership"]
 
 
+@on_real_server
 async def test_a_pod_of_a_trainjob_that_is_gone_gets_not_found(
-    devcluster: DevCluster, config: Config, certs: ServingCerts
+    kube_api: KubeAPI, config: Config, certs: ServingCerts
 ) -> None:
     # The TrainJob was deleted while its pod still runs: no chain can lead to it, and the
     # answer is the 404 a post for a missing TrainJob gets, not a credential refusal.
-    devcluster.create_trainjob(NS, VICTIM)
-    add_pod(devcluster, "victim-node-0-0", job=VICTIM)
-    token = mint(devcluster, pod="victim-node-0-0", aud=audience(NS, VICTIM))
-    devcluster.delete("trainjobs", NS, VICTIM, GROUP)
-    async with running_with_tokens(devcluster, config, certs, server_budgets=True) as rig:
+    kube_api.create_trainjob(NS, VICTIM)
+    add_pod(kube_api, "victim-node-0-0", job=VICTIM)
+    token = mint(kube_api, pod="victim-node-0-0", aud=audience(NS, VICTIM))
+    kube_api.delete("trainjobs", NS, VICTIM, GROUP)
+    async with running_with_tokens(kube_api, config, certs, server_budgets=True) as rig:
         assert await noted(rig) == "ownership"
         code, body, _ = await rig.post(token, name=VICTIM)
         assert (code, body["reason"], body["message"]) == (404, "NotFound", "Train job not found")
-    assert devcluster.get("trainjobs", NS, VICTIM, GROUP) is None
+    assert kube_api.get("trainjobs", NS, VICTIM, GROUP) is None
 
 
 async def test_where_jobsets_cannot_be_listed_the_label_binds_only_once_that_lasts(
@@ -211,21 +214,22 @@ async def test_a_refused_watch_keeps_ownership_until_the_refusal_lasts(
         assert await rig.refused(stray, name=VICTIM) == (403, "Forbidden", "not_owned")
 
 
+@on_real_server
 async def test_a_token_accepted_for_a_trainjob_is_checked_again_once_it_is_recreated(
-    devcluster: DevCluster, config: Config, certs: ServingCerts
+    kube_api: KubeAPI, config: Config, certs: ServingCerts
 ) -> None:
-    devcluster.create_trainjob(NS, VICTIM)
-    add_pod(devcluster, "victim-node-0-0", job=VICTIM)
-    token = mint(devcluster, pod="victim-node-0-0", aud=audience(NS, VICTIM))
-    async with running_with_tokens(devcluster, config, certs, server_budgets=True) as rig:
+    kube_api.create_trainjob(NS, VICTIM)
+    add_pod(kube_api, "victim-node-0-0", job=VICTIM)
+    token = mint(kube_api, pod="victim-node-0-0", aud=audience(NS, VICTIM))
+    async with running_with_tokens(kube_api, config, certs, server_budgets=True) as rig:
         assert await noted(rig) == "ownership"
         assert (await rig.post(token, name=VICTIM))[0] == 200
-        old_uid = devcluster.get("trainjobs", NS, VICTIM, GROUP)["metadata"]["uid"]  # type: ignore[index]
+        old_uid = kube_api.get("trainjobs", NS, VICTIM, GROUP)["metadata"]["uid"]  # type: ignore[index]
         # Deleted and created again under its name; the old pod (and its Job and JobSet,
         # owned by the old TrainJob) left behind.
-        devcluster.delete("trainjobs", NS, VICTIM, GROUP)
-        devcluster.create_trainjob(NS, VICTIM)
-        new_uid = devcluster.get("trainjobs", NS, VICTIM, GROUP)["metadata"]["uid"]  # type: ignore[index]
+        kube_api.delete("trainjobs", NS, VICTIM, GROUP)
+        kube_api.create_trainjob(NS, VICTIM)
+        new_uid = kube_api.get("trainjobs", NS, VICTIM, GROUP)["metadata"]["uid"]  # type: ignore[index]
         assert new_uid != old_uid
         assert rig.auth.binding is not None
         owners = rig.auth.binding.owners
@@ -236,20 +240,21 @@ async def test_a_token_accepted_for_a_trainjob_is_checked_again_once_it_is_recre
 
         await eventually(recreated, "the TrainJob cache to show the new incarnation")
         assert await rig.refused(token, name=VICTIM) == (403, "Forbidden", "not_owned")
-        assert stored(devcluster, VICTIM) is None
+        assert stored(kube_api, VICTIM) is None
 
 
+@on_real_server
 async def test_without_the_injector_the_chain_watches_jobsets_itself(
-    devcluster: DevCluster, config: Config, certs: ServingCerts
+    kube_api: KubeAPI, config: Config, certs: ServingCerts
 ) -> None:
-    devcluster.create_trainjob(NS, VICTIM)
-    add_pod(devcluster, "victim-node-0-0", job=VICTIM)
-    devcluster.create_pod(NS, "stray", service_account=SA, labels={JOBSET_NAME_LABEL: VICTIM})
+    kube_api.create_trainjob(NS, VICTIM)
+    add_pod(kube_api, "victim-node-0-0", job=VICTIM)
+    kube_api.create_pod(NS, "stray", service_account=SA, labels={JOBSET_NAME_LABEL: VICTIM})
     alone = with_changes(config, inject_pods=False)
-    async with running_with_tokens(devcluster, alone, certs, server_budgets=True) as rig:
+    async with running_with_tokens(kube_api, alone, certs, server_budgets=True) as rig:
         assert await noted(rig) == "ownership"
         assert rig.server.jobset_steps is None
-        stray = mint(devcluster, pod="stray", aud=audience(NS, VICTIM))
+        stray = mint(kube_api, pod="stray", aud=audience(NS, VICTIM))
         assert await rig.refused(stray, name=VICTIM) == (403, "Forbidden", "not_owned")
-        genuine = mint(devcluster, pod="victim-node-0-0", aud=audience(NS, VICTIM))
+        genuine = mint(kube_api, pod="victim-node-0-0", aud=audience(NS, VICTIM))
         assert (await rig.post(genuine, name=VICTIM))[0] == 200
