@@ -27,6 +27,7 @@ from kubectl_trainjob.kube import (
     load_config,
 )
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_real_server
 
 from .test_progress import Kubectl, interrupted, jobs, kube, read_line, read_table
 
@@ -38,10 +39,11 @@ LOST = "error: lost the connection to the API server: it closed the connection" 
 
 
 @pytest.fixture
-def kubectl(devcluster: DevCluster, tmp_path: Path) -> Kubectl:
-    return Kubectl(devcluster, tmp_path)
+def kubectl(kube_api: KubeAPI, tmp_path: Path) -> Kubectl:
+    return Kubectl(kube_api, tmp_path)
 
 
+@on_real_server
 @pytest.mark.usefixtures("jobs")
 async def test_a_missing_trainjob_is_not_found_as_kubectl_get_says(kubectl: Kubectl) -> None:
     nope = await kubectl.run("trainjob", "progress", "-n", "team-a", "nope")
