@@ -5,6 +5,7 @@ naming its owner's uid as a real API server stores it."""
 from typing import Any
 
 from trainjob_devcluster import DevCluster
+from trainjob_devcluster.harness.pytest_plugin import KubeAPI, on_both_servers
 from trainjob_status.contract import JOBSET_NAME_LABEL
 
 from .conftest import Api
@@ -52,12 +53,16 @@ async def test_jobs_are_created_listed_by_label_and_keep_their_owner_references(
     assert [item["metadata"]["name"] for item in listed["items"]] == ["js-node-0"]
 
 
-def test_a_trainjob_pod_hangs_from_its_jobset_and_job_by_uid(devcluster: DevCluster) -> None:
-    trainjob = devcluster.create_trainjob(NS, "tj")
-    pod = devcluster.create_trainjob_pod(NS, "tj", "tj-node-0-0", index=0)
-    again = devcluster.create_trainjob_pod(NS, "tj", "tj-node-0-1", index=0)
-    jobset = devcluster.get("jobsets", NS, "tj", "jobset.x-k8s.io")
-    made = devcluster.get("jobs", NS, "tj-node-0", "batch")
+@on_both_servers
+def test_a_trainjob_pod_hangs_from_its_jobset_and_job_by_uid(kube_api: KubeAPI) -> None:
+    """The harness builds the same chain on both servers (the tests of the server's
+    ownership binding rely on it)."""
+    kube_api.ensure_namespace(NS)
+    trainjob = kube_api.create_trainjob(NS, "tj")
+    pod = kube_api.create_trainjob_pod(NS, "tj", "tj-node-0-0", index=0)
+    again = kube_api.create_trainjob_pod(NS, "tj", "tj-node-0-1", index=0)
+    jobset = kube_api.get("jobsets", NS, "tj", "jobset.x-k8s.io")
+    made = kube_api.get("jobs", NS, "tj-node-0", "batch")
     assert jobset is not None
     assert made is not None
 
