@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from trainjob_devcluster.auth.signing import b64url, key_id
 from trainjob_devcluster.auth.tokens import SigningKeys, TokenIssuer
 from trainjob_devcluster.common.status import ApiError
+from trainjob_devcluster.http.nonresource import acceptable, not_acceptable
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 AUD = "trainer.kubeflow.org/v1alpha1/namespaces/rec/trainjobs/tj-rec/status"
@@ -184,11 +185,11 @@ def test_openid_configuration_matches_the_recording(issuer: TokenIssuer) -> None
     ],
 )
 def test_jwks_accept_negotiation(accept: str | None, ok: bool) -> None:
-    assert TokenIssuer.jwks_acceptable(accept) is ok
+    assert acceptable(accept, "application/jwk-set+json") is ok
 
 
 def test_jwks_406_body_matches_the_recording() -> None:
-    error = TokenIssuer.jwks_not_acceptable()
+    error = not_acceptable("application/jwk-set+json")
     assert error.code == 406
     assert error.to_json() == {
         "kind": "Status",

@@ -55,11 +55,14 @@ class Server:
         *,
         content_type: str = "application/json",
         token: str | None = None,
+        accept: str | None = None,
     ) -> Answer:
         # token "": anonymous (no header); None: the admin.
         headers = (
             {} if token == "" else {"Authorization": f"Bearer {token or self.cluster.admin_token}"}
         )
+        if accept is not None:
+            headers["Accept"] = accept
         data = None
         if body is not None:
             data = json.dumps(body).encode()
@@ -359,6 +362,22 @@ async def test_a_short_token_is_the_same_422(both: Both) -> None:
     )
     assert (dev.code, dev.body) == (real.code, real.body)
     assert real.code == 422
+
+
+@pytest.mark.parametrize("path", ["/.well-known/openid-configuration", "/openid/v1/jwks"])
+@pytest.mark.parametrize(
+    "accept",
+    ["application/json", "application/jwk-set+json", "application/*", "text/plain", "*/*", ""],
+)
+async def test_the_issuers_documents_answer_the_same_accept_headers(
+    both: Both, path: str, accept: str
+) -> None:
+    """The server fetches both documents to verify tokens; what a proxy or client that
+    asks for another type gets is the real server's 406."""
+    dev, real = await both.call("GET", path, accept=accept)
+    assert dev.code == real.code, (dev, real)
+    if real.code != 200:
+        assert dev.body == real.body
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,6 @@ from .tokenreview import API_VERSION, Lookup, TokenAuthenticator
 
 __all__ = ["Lookup", "SigningKeys", "TokenIssuer"]
 
-JWKS_CONTENT_TYPE = "application/jwk-set+json"
 GROUP = "authentication.k8s.io"
 KIND = "TokenRequest"
 DEFAULT_EXPIRATION_SECONDS = 3600
@@ -143,28 +142,6 @@ class TokenIssuer(TokenAuthenticator):
     def jwks(self) -> dict[str, Any]:
         """``/openid/v1/jwks`` (served as ``application/jwk-set+json``)."""
         return self.keys.jwks()
-
-    @staticmethod
-    def jwks_acceptable(accept: str | None) -> bool:
-        """go-restful's Accept check, which kube-apiserver uses for the JWKS route; False
-        means answer :meth:`jwks_not_acceptable` (406).
-
-        A missing or empty header counts as ``*/*``. Each listed type is compared without
-        its parameters; only ``*/*`` is a wildcard (``application/*`` is not), and q values
-        are ignored. So ``application/json`` alone gets 406.
-        """
-        media = (entry.split(";", 1)[0].strip() for entry in (accept or "*/*").split(","))
-        return any(m in ("*/*", JWKS_CONTENT_TYPE) for m in media)
-
-    @staticmethod
-    def jwks_not_acceptable() -> ApiError:
-        """406 as the real server words it (go-restful's text inside a Status)."""
-        return ApiError(
-            406,
-            "NotAcceptable",
-            f"406: Not Acceptable\n\nAvailable representations: {JWKS_CONTENT_TYPE}",
-            {},
-        )
 
     def request_token(
         self,

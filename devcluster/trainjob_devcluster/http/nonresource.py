@@ -12,11 +12,30 @@ from typing import Any
 from ..auth.authz import User
 from ..auth.tokens import TokenIssuer
 from ..common.resources import ResourceType
+from ..common.status import ApiError
 from ..storage.store import dumps
 from . import discovery
 from .httpserver import Request, Response
 
 _HEALTH = ("/healthz", "/livez", "/readyz")
+# The issuer's documents and the one type each route produces.
+_CONFIGURATION = ("/.well-known/openid-configuration", "application/json")
+_JWKS = ("/openid/v1/jwks", "application/jwk-set+json")
+
+
+def acceptable(accept: str | None, produces: str) -> bool:
+    """go-restful's Accept check, which kube-apiserver uses for the issuer's routes. A
+    missing or empty header counts as ``*/*``; each listed type is compared without its
+    parameters; only ``*/*`` is a wildcard (``application/*`` is not); q values are
+    ignored. So ``application/json`` alone gets 406 from the JWKS route."""
+    media = (entry.split(";", 1)[0].strip() for entry in (accept or "*/*").split(","))
+    return any(m in ("*/*", produces) for m in media)
+
+
+def not_acceptable(produces: str) -> ApiError:
+    """406 as the real server words it (go-restful's text inside a Status)."""
+    message = f"406: Not Acceptable\n\nAvailable representations: {produces}"
+    return ApiError(406, "NotAcceptable", message, {})
 
 
 def _not_found() -> Response:
@@ -37,14 +56,15 @@ class NonResourcePaths:
         accept = request.headers.get("Accept")
         if path in _HEALTH or path.startswith(tuple(p + "/" for p in _HEALTH)):
             return Response(200, b"ok", "text/plain; charset=utf-8")
-        if path == "/.well-known/openid-configuration":
+        for route, produces in (_CONFIGURATION, _JWKS):
+            if path == route and not acceptable(accept, produces):
+                error = not_acceptable(produces)
+                return self._json(error.code, error.to_json())
+        if path == _CONFIGURATION[0]:
             base = f"{request.scheme}://{request.host}"
             return self._json(200, self.tokens.openid_configuration(base))
-        if path == "/openid/v1/jwks":
-            if not self.tokens.jwks_acceptable(accept):
-                error = self.tokens.jwks_not_acceptable()
-                return self._json(error.code, error.to_json())
-            return Response(200, dumps(self.tokens.jwks()), "application/jwk-set+json")
+        if path == _JWKS[0]:
+            return Response(200, dumps(self.tokens.jwks()), _JWKS[1])
         answer = discovery.discover(self.resources, path, accept, request.host)
         if answer is None:
             return _not_found()
