@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -362,6 +363,15 @@ async def test_a_short_token_is_the_same_422(both: Both) -> None:
     )
     assert (dev.code, dev.body) == (real.code, real.body)
     assert real.code == 422
+
+
+@pytest.mark.parametrize("name", ["plain", 'a"b', "caf\u00e9", "tab\there", "back\\slash"])
+async def test_a_missing_names_404_quotes_it_as_go_does(both: Both, name: str) -> None:
+    both.each("ensure_namespace", NS)
+    path = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/{quote(name)}"
+    dev, real = await both.call("GET", path)
+    assert (dev.code, dev.body) == (real.code, real.body)
+    assert real.code == 404
 
 
 @pytest.mark.parametrize("path", ["/.well-known/openid-configuration", "/openid/v1/jwks"])

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .go_text import go_quote
+
 
 @dataclass(frozen=True)
 class Cause:
@@ -78,7 +80,7 @@ def no_route() -> ApiError:
 def not_found(qualified: str, group: str, plural: str, name: str) -> ApiError:
     """``trainjobs.trainer.kubeflow.org "x" not found``; details.kind is the plural."""
     return ApiError(
-        404, "NotFound", f'{qualified} "{name}" not found', _details(name, group, plural)
+        404, "NotFound", f"{qualified} {go_quote(name)} not found", _details(name, group, plural)
     )
 
 
@@ -86,7 +88,7 @@ def already_exists(qualified: str, group: str, plural: str, name: str) -> ApiErr
     return ApiError(
         409,
         "AlreadyExists",
-        f'{qualified} "{name}" already exists',
+        f"{qualified} {go_quote(name)} already exists",
         _details(name, group, plural),
     )
 
@@ -96,7 +98,7 @@ def conflict(qualified: str, group: str, plural: str, name: str) -> ApiError:
     return ApiError(
         409,
         "Conflict",
-        f'Operation cannot be fulfilled on {qualified} "{name}": the object has been '
+        f"Operation cannot be fulfilled on {qualified} {go_quote(name)}: the object has been "
         "modified; please apply your changes to the latest version and try again",
         _details(name, group, plural),
     )
@@ -108,7 +110,9 @@ def invalid(kind_qualified: str, group: str, kind: str, name: str, causes: list[
     joined = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
     details = _details(name, group, kind)
     details["causes"] = [c.to_json() for c in causes]
-    return ApiError(422, "Invalid", f'{kind_qualified} "{name}" is invalid: {joined}', details)
+    return ApiError(
+        422, "Invalid", f"{kind_qualified} {go_quote(name)} is invalid: {joined}", details
+    )
 
 
 def bad_request(message: str) -> ApiError:
