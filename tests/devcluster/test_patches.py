@@ -1,5 +1,5 @@
-"""Merge, JSON and strategic merge patches, pinned to recorded kube-apiserver v1.36
-answers (named per test)."""
+"""Merge and JSON patches, pinned to recorded kube-apiserver v1.36 answers (named per
+test)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from trainjob_devcluster.storage.patches import (
     decode_patch,
     json_merge_patch,
     json_patch,
-    strategic_merge_patch,
 )
 
 GV = "trainer.kubeflow.org/v1alpha1"
@@ -168,64 +167,3 @@ def test_json_patch_document_must_be_a_list_of_operations() -> None:
     with pytest.raises(PatchError) as caught:
         json_patch({}, {"op": "add"})
     assert caught.value.code == 400
-
-
-# -- strategic merge patch --------------------------------------------------------------
-
-
-def pod() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "rec", "uid": "u", "labels": {"a": "1"}},
-        "spec": {"containers": [{"name": "c", "image": "i"}], "nodeSelector": {"k": "v"}},
-    }
-
-
-def test_strategic_patch_directives_on_maps() -> None:
-    live = pod()
-    replaced = strategic_merge_patch(
-        live, {"spec": {"nodeSelector": {"$patch": "replace", "z": "1", "n": None}}}
-    )
-    assert replaced["spec"]["nodeSelector"] == {"z": "1"}
-    deleted = strategic_merge_patch(live, {"spec": {"nodeSelector": {"$patch": "delete"}}})
-    assert "nodeSelector" not in deleted["spec"]
-    retained = strategic_merge_patch(
-        live, {"spec": {"$retainKeys": ["nodeSelector"], "nodeSelector": {"k": "w"}}}
-    )
-    assert retained["spec"] == {"nodeSelector": {"k": "w"}}
-    assert strategic_merge_patch(live, {"$patch": "delete"}) == {}
-    assert live == pod()
-
-
-def test_strategic_patch_lists_are_replaced_and_primitive_deletes_apply() -> None:
-    live = {"metadata": {"finalizers": ["a", "b", "c"]}, "spec": {"l": [1, 2]}}
-    patch = {
-        "metadata": {"$deleteFromPrimitiveList/finalizers": ["b"]},
-        "spec": {"$setElementOrder/l": [{"name": "x"}], "l": [{"name": "x", "$patch": "merge"}]},
-    }
-    assert strategic_merge_patch(live, patch) == {
-        "metadata": {"finalizers": ["a", "c"]},
-        "spec": {"l": [{"name": "x"}]},
-    }
-
-
-def test_strategic_patch_new_maps_lose_nulls_and_directives() -> None:
-    assert strategic_merge_patch({}, {"m": {"a": None, "b": {"$patch": "merge", "c": 1}}}) == {
-        "m": {"b": {"c": 1}}
-    }
-
-
-def test_unknown_strategic_directive_is_a_server_error() -> None:
-    with pytest.raises(PatchError) as caught:
-        strategic_merge_patch(pod(), {"spec": {"$patch": "explode"}})
-    assert (caught.value.code, caught.value.message) == (
-        500,
-        "unknown patch type: explode in map: map[$patch:explode]",
-    )
-
-
-def test_retain_keys_must_cover_the_patch() -> None:
-    with pytest.raises(PatchError) as caught:
-        strategic_merge_patch(pod(), {"spec": {"$retainKeys": ["a"], "b": 1}})
-    assert caught.value.code == 422

@@ -210,6 +210,17 @@ async def test_a_missing_trainjob_is_the_same_404(both: Both) -> None:
     assert dev.body == real.body
 
 
+async def test_a_strategic_merge_patch_to_a_trainjob_is_the_same_415(both: Both) -> None:
+    """The answer the development cluster gives a strategic merge patch on every kind."""
+    both.each("create_trainjob", NS, "tj")
+    strategic = "application/strategic-merge-patch+json"
+    dev, real = await both.call(
+        "PATCH", f"{TRAINJOBS}/tj", {"metadata": {}}, content_type=strategic
+    )
+    assert dev.body == real.body
+    assert (real.code, real.body["reason"]) == (415, "UnsupportedMediaType")
+
+
 async def test_forced_status_applies_alike(both: Both) -> None:
     """What our server sends: applies to /status with force, from two managers (the
     devcluster has no conflicts between managers, so only forced applies compare)."""

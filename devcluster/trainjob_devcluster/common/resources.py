@@ -31,8 +31,8 @@ class ResourceType:
     categories: tuple[str, ...] = ()
     subresources: tuple[str, ...] = ()
     schema: dict[str, Any] | None = None
-    # Built-in objects (pods, namespaces, ...) accept strategic merge patches; custom
-    # resources answer them 415, as a real API server does.
+    # False for a custom resource (from a CRD), which differs from a built-in kind in
+    # discovery, generation tracking and updates without a resourceVersion.
     builtin: bool = True
     storage_version_hash: str = ""
     extra: dict[str, Any] = field(default_factory=dict)

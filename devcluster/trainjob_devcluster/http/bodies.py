@@ -16,7 +16,6 @@ YAML = "application/yaml"
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-STRATEGIC = "application/strategic-merge-patch+json"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 
 _OBJECT_TYPES = (JSON, YAML)

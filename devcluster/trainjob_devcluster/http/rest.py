@@ -12,13 +12,7 @@ from ..common.resources import ResourceType
 from ..common.status import ApiError
 from ..storage import objects
 from ..storage.apply import apply
-from ..storage.patches import (
-    PatchError,
-    decode_patch,
-    json_merge_patch,
-    json_patch,
-    strategic_merge_patch,
-)
+from ..storage.patches import PatchError, decode_patch, json_merge_patch, json_patch
 from ..storage.store import Obj, Store
 from . import bodies
 
@@ -168,17 +162,14 @@ class ResourceApi:
         kind = bodies.media_type(call.content_type)
         if kind == bodies.APPLY:
             return self._apply(call)
-        if kind not in (bodies.MERGE, bodies.JSON_PATCH) and not (
-            kind == bodies.STRATEGIC and call.resource.builtin
-        ):
+        if kind not in (bodies.MERGE, bodies.JSON_PATCH):
+            # Strategic merge patch included: served for no resource, built-in or custom.
             raise status.unsupported_media_type()
         live = self._live(call)
         try:
             patch = decode_patch(call.body)
             if kind == bodies.JSON_PATCH:
                 patched = json_patch(live, patch)
-            elif kind == bodies.STRATEGIC:
-                patched = strategic_merge_patch(live, patch)
             else:
                 patched = json_merge_patch(live, patch)
         except PatchError as exc:
@@ -280,8 +271,6 @@ def _patch_failure(exc: PatchError) -> ApiError:
     failing JSON patch operation is a bare 422 without details."""
     if exc.code == 400:
         return status.bad_request(exc.message)
-    if exc.code == 500:
-        return ApiError(500, "InternalError", exc.message)
     return ApiError(
         422, "Invalid", "the server rejected our request due to an error in our request", {}
     )

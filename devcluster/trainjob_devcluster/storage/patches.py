@@ -1,9 +1,9 @@
-"""The three non-apply patch formats: JSON merge patch, JSON patch, strategic merge patch.
+"""The two non-apply patch formats: JSON merge patch and JSON patch.
 
-They follow the libraries a real API server uses (evanphx/json-patch and apimachinery's
-strategicpatch) where those differ from the RFCs in ways a client can see: a merge patch
-must be a JSON object, nulls inside objects a merge patch adds are dropped, ``test`` with a
-null value passes on a missing member, and array indices may count from the end.
+They follow the library a real API server uses (evanphx/json-patch) where it differs
+from the RFCs in ways a client can see: a merge patch must be a JSON object, nulls
+inside objects a merge patch adds are dropped, ``test`` with a null value passes on a
+missing member, and array indices may count from the end.
 
 All functions return a new document; their arguments are never modified.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..common.go_text import go_quote, go_v
+from ..common.go_text import go_quote
 from .objects import json_copy, json_equal
 
 __all__ = [
@@ -21,14 +21,12 @@ __all__ = [
     "decode_patch",
     "json_merge_patch",
     "json_patch",
-    "strategic_merge_patch",
 ]
 
 
 class PatchError(Exception):
     """A patch that cannot be applied. ``code`` is what a real server answers: 422 for a
-    JSON patch operation that fails, 400 for a patch document of the wrong shape, 500 for
-    an unknown strategic ``$patch`` directive."""
+    JSON patch operation that fails, 400 for a patch document of the wrong shape."""
 
     def __init__(self, message: str, code: int = 422) -> None:
         super().__init__(message)
@@ -301,82 +299,3 @@ def _json_kind(value: Any) -> str:
     if value is None:
         return "null"
     return "number"
-
-
-# -- strategic merge patch, without a schema --------------------------------------------
-
-_DELETE = object()
-_DIRECTIVE = "$patch"
-_RETAIN = "$retainKeys"
-_DELETE_FROM = "$deleteFromPrimitiveList/"
-_ORDER = "$setElementOrder/"
-
-
-def _is_directive_key(key: str) -> bool:
-    return key in (_DIRECTIVE, _RETAIN) or key.startswith((_DELETE_FROM, _ORDER))
-
-
-def _clean(value: Any) -> Any:
-    """A patch value stored as is: directives and null members dropped."""
-    if isinstance(value, dict):
-        merged = _smp_map({}, value)
-        return {} if merged is _DELETE else merged
-    if isinstance(value, list):
-        return [_clean(v) for v in value if not (isinstance(v, dict) and set(v) == {_DIRECTIVE})]
-    return value
-
-
-def _smp_map(original: dict[str, Any], patch: dict[str, Any]) -> Any:
-    directive = patch.get(_DIRECTIVE)
-    if directive == "delete":
-        return _DELETE
-    if directive == "replace":
-        return {
-            k: _clean(v) for k, v in patch.items() if not _is_directive_key(k) and v is not None
-        }
-    if directive not in (None, "merge"):
-        raise PatchError(f"unknown patch type: {directive} in map: {go_v(patch)}", 500)
-    doc = dict(original)
-    retain = patch.get(_RETAIN)
-    if retain is not None:
-        if not isinstance(retain, list):
-            raise PatchError("doc is not a list of keys to retain", 400)
-        stray = [k for k in patch if not _is_directive_key(k) and k not in retain]
-        if stray:
-            raise PatchError("The content of the patch doesn't match the retainKeys list")
-        doc = {k: v for k, v in doc.items() if k in retain}
-    for key, value in patch.items():
-        if key.startswith(_DELETE_FROM):
-            name = key[len(_DELETE_FROM) :]
-            if not isinstance(value, list):
-                raise PatchError("invalid patch: $deleteFromPrimitiveList must be a list", 400)
-            if isinstance(doc.get(name), list):
-                doc[name] = [v for v in doc[name] if not any(json_equal(v, d) for d in value)]
-    for key, value in patch.items():
-        if _is_directive_key(key):
-            continue
-        current = doc.get(key)
-        if value is None:
-            doc.pop(key, None)
-        elif isinstance(value, dict):
-            merged = _smp_map(current if isinstance(current, dict) else {}, value)
-            if merged is _DELETE:
-                doc.pop(key, None)
-            else:
-                doc[key] = merged
-        else:
-            # Without a schema there are no merge keys: lists are replaced, like scalars.
-            doc[key] = _clean(value)
-    return doc
-
-
-def strategic_merge_patch(target: Any, patch: Any) -> Any:
-    """A strategic merge patch for kinds without a schema (built-in kinds here): maps merge
-    as in a merge patch and honour ``$patch: replace|delete|merge``, ``$retainKeys`` and
-    ``$deleteFromPrimitiveList/``; ``$setElementOrder/`` is accepted and ignored; lists
-    are replaced whole."""
-    if not isinstance(patch, dict):
-        raise PatchError("Invalid JSON Patch", 400)
-    base = json_copy(target) if isinstance(target, dict) else {}
-    merged = _smp_map(base, patch)
-    return {} if merged is _DELETE else merged
