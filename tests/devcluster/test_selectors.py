@@ -63,5 +63,7 @@ def test_field_selectors() -> None:
     assert not pick({"metadata": {"name": "a"}, "status": {"phase": "Running"}})
     assert not pick({"metadata": {"name": "b"}})
     assert parse_field_selector(None)({})
+    # Commas separate terms wherever they stand; empty terms are skipped.
+    assert parse_field_selector(" metadata.name=a , ,")({"metadata": {"name": "a"}})
     events = parse_field_selector("involvedObject.kind=TrainJob,involvedObject.name=job1")
     assert events({"involvedObject": {"kind": "TrainJob", "name": "job1"}})

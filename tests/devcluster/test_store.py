@@ -47,7 +47,9 @@ def test_events_since_and_expiry() -> None:
         a = store.update("pods", new("a", {"i": str(i)}), a)
     with pytest.raises(Expired) as err:
         store.events_since("pods", start)
-    assert str(err.value) == f"too old resource version: {start} ({store.oldest_resumable_rv})"
+    # The window holds the last three events: the oldest it can resume from is the
+    # version before the first of them.
+    assert str(err.value) == f"too old resource version: {start} ({store.rv - 3})"
     recent = store.events_since("pods", store.rv - 2)
     assert [e.rv for e in recent] == [store.rv - 1, store.rv]
     store.compact()

@@ -16,7 +16,6 @@ from ..common.status import ApiError
 
 __all__ = [
     "Requirement",
-    "field_value",
     "labels_match",
     "parse_field_selector",
     "parse_label_selector",
@@ -128,25 +127,6 @@ def _label_requirements(text: str) -> list[Requirement]:
         at += 1
 
 
-def _split_top_level(text: str) -> list[str]:
-    """Split on commas that are not inside parentheses (``a in (x,y),b``)."""
-    parts: list[str] = []
-    depth = 0
-    current = ""
-    for char in text:
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
-    parts.append(current)
-    return [p for p in (p.strip() for p in parts) if p]
-
-
 def _bad_selector(kind: str, text: str) -> ApiError:
     return ApiError(
         400, "BadRequest", f'unable to parse requirement: invalid {kind} selector: "{text}"'
@@ -169,7 +149,7 @@ def labels_match(requirements: list[Requirement], obj: Mapping[str, Any]) -> boo
     return all(r.matches(labels) for r in requirements)
 
 
-def field_value(obj: Mapping[str, Any], path: str) -> str:
+def _field_value(obj: Mapping[str, Any], path: str) -> str:
     """The value a field selector compares for ``path`` ("" when there is none)."""
     current: Any = obj
     for part in path.split("."):
@@ -185,7 +165,7 @@ def field_value(obj: Mapping[str, Any], path: str) -> str:
 
 def _field_terms(text: str) -> list[tuple[str, bool, str]]:
     terms: list[tuple[str, bool, str]] = []
-    for part in _split_top_level(text):
+    for part in filter(None, (p.strip() for p in text.split(","))):
         if "!=" in part:
             key, _, value = part.partition("!=")
             terms.append((key.strip(), False, value.strip()))
@@ -208,6 +188,6 @@ def parse_field_selector(text: str | None) -> Callable[[Mapping[str, Any]], bool
     terms = _field_terms(text)
 
     def predicate(obj: Mapping[str, Any]) -> bool:
-        return all((field_value(obj, key) == value) == equal for key, equal, value in terms)
+        return all((_field_value(obj, key) == value) == equal for key, equal, value in terms)
 
     return predicate

@@ -180,9 +180,6 @@ class Store:
                 items[event.key] = event.old
         return _in_order(items, namespace)
 
-    def count(self, resource: str) -> int:
-        return len(self._objects.get(resource, {}))
-
     # -- writes --------------------------------------------------------------------------
 
     def _commit(self, event_type: str, resource: str, obj: Obj, old: Obj | None) -> Event:
@@ -223,10 +220,6 @@ class Store:
         return final
 
     # -- watch ---------------------------------------------------------------------------
-
-    @property
-    def oldest_resumable_rv(self) -> int:
-        return self._window_start
 
     def events_since(self, resource: str, rv: int) -> builtins.list[Event]:
         """Events of ``resource`` after ``rv``; Expired if the window no longer reaches it."""
