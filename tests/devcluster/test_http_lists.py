@@ -1,6 +1,6 @@
-"""LIST at a resourceVersion: Exact reads of past states, paged lists that are one
-snapshot, and what the real server answers when a version is gone, in the future, or the
-options do not go together."""
+"""LIST at a resourceVersion: paged lists that are one snapshot, what the real server
+answers when a version is gone or in the future, and the options the development
+cluster refuses."""
 
 from typing import Any
 
@@ -17,52 +17,18 @@ def names(body: dict[str, Any]) -> list[str]:
     return [item["metadata"]["name"] for item in body["items"]]
 
 
-async def test_exact_at_the_first_version_is_the_empty_list(api: Api) -> None:
-    # Recorded from a real API server (g_list_too_old_rv_exact): version 1 is still
-    # there, and nothing existed at it.
-    code, body, _ = await api.call("GET", f"{LIST}?resourceVersion=1&resourceVersionMatch=Exact")
-    assert (code, body) == (
-        200,
-        {
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "items": [],
-            "kind": "TrainJobList",
-            "metadata": {"continue": "", "resourceVersion": "1"},
-        },
-    )
-
-
-async def test_exact_reads_a_past_state(api: Api, devcluster: DevCluster) -> None:
-    first = devcluster.create_trainjob(NS, "a")
+async def test_a_list_at_a_past_version_reads_the_current_state(
+    api: Api, devcluster: DevCluster
+) -> None:
+    devcluster.create_trainjob(NS, "a")
     devcluster.create_trainjob(NS, "b")
     at = devcluster.store.rv
-    devcluster.delete("trainjobs", NS, "a", "trainer.kubeflow.org")
+    devcluster.delete("trainjobs", NS, "a", GROUP)
     devcluster.create_trainjob(NS, "c")
-    code, past, _ = await api.call("GET", f"{LIST}?resourceVersion={at}&resourceVersionMatch=Exact")
-    assert (code, names(past), past["metadata"]["resourceVersion"]) == (200, ["a", "b"], str(at))
-    assert past["items"][0] == first
-    # NotOlderThan (and no match at all) may answer anything as new: the current state.
-    for query in (
-        f"resourceVersion={at}&resourceVersionMatch=NotOlderThan",
-        f"resourceVersion={at}",
-    ):
-        code, now, _ = await api.call("GET", f"{LIST}?{query}")
-        assert (code, names(now)) == (200, ["b", "c"])
-        assert now["metadata"]["resourceVersion"] == str(devcluster.store.rv)
-
-
-async def test_exact_at_a_compacted_version_is_410(api: Api, devcluster: DevCluster) -> None:
-    devcluster.create_trainjob(NS, "a")
-    old = devcluster.store.rv
-    new = devcluster.expire_resource_versions()
-    code, body, _ = await api.call(
-        "GET", f"{LIST}?resourceVersion={old}&resourceVersionMatch=Exact"
-    )
-    assert (code, body["reason"], body["message"]) == (
-        410,
-        "Expired",
-        f"too old resource version: {old} ({new})",
-    )
+    # A real server may answer anything not older than the version: the current state.
+    code, now, _ = await api.call("GET", f"{LIST}?resourceVersion={at}")
+    assert (code, names(now)) == (200, ["b", "c"])
+    assert now["metadata"]["resourceVersion"] == str(devcluster.store.rv)
 
 
 async def test_a_future_version_is_a_504_to_retry(api: Api, devcluster: DevCluster) -> None:
@@ -137,32 +103,42 @@ async def test_a_paged_list_whose_version_is_gone_gets_the_real_410(
     assert rest["metadata"]["resourceVersion"] == str(devcluster.store.rv)
 
 
-async def test_resource_version_match_needs_a_version_and_a_known_value(api: Api) -> None:
+async def test_resource_version_match_and_send_initial_events_are_refused(
+    api: Api, devcluster: DevCluster
+) -> None:
+    devcluster.ensure_namespace(NS)
+    at = devcluster.store.rv
+    match = (
+        "the development cluster does not serve resourceVersionMatch: "
+        "leave it out (a list reads the current state)"
+    )
+    initial = (
+        "the development cluster does not serve sendInitialEvents: "
+        "watch from resourceVersion 0 for the current objects first"
+    )
     cases = {
-        "resourceVersionMatch=Exact": (
-            "FieldValueForbidden",
-            "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
-        ),
-        "resourceVersion=0&resourceVersionMatch=Exact": (
-            "FieldValueForbidden",
-            'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
-        ),
-        "resourceVersion=5&resourceVersionMatch=Newest": (
-            "FieldValueNotSupported",
-            'Unsupported value: "Newest": supported values: "Exact", "NotOlderThan", ""',
-        ),
+        f"resourceVersion={at}&resourceVersionMatch=Exact": match,
+        f"resourceVersion={at}&resourceVersionMatch=NotOlderThan": match,
+        "resourceVersionMatch=": match,
+        "sendInitialEvents=": initial,
+        "watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan": initial,
+        "watch=true&sendInitialEvents=false&resourceVersionMatch=NotOlderThan": initial,
+        "watch=true&resourceVersion=0&resourceVersionMatch=NotOlderThan": match,
     }
-    for query, (reason, message) in cases.items():
+    for query, message in cases.items():
         code, body, _ = await api.call("GET", f"{LIST}?{query}")
-        assert (code, body["reason"]) == (422, "Invalid"), query
-        assert body["message"] == (
-            f'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: {message}'
-        )
-        assert body["details"] == {
-            "group": "meta.k8s.io",
-            "kind": "ListOptions",
-            "causes": [{"reason": reason, "message": message, "field": "resourceVersionMatch"}],
-        }
+        assert (code, body) == (
+            400,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": message,
+                "reason": "BadRequest",
+                "code": 400,
+            },
+        ), query
 
 
 async def test_a_continue_token_that_is_not_one_is_a_400(api: Api) -> None:
@@ -180,7 +156,6 @@ async def test_a_name_pinned_list_finds_its_object_and_nothing_else(
     for ns in (NS, "other"):
         for name in ("b", "a", "c"):
             devcluster.create_trainjob(ns, name)
-    at = devcluster.store.rv
     devcluster.delete("trainjobs", NS, "b", GROUP)
     cases = [
         (f"{LIST}?fieldSelector=metadata.name%3Da", [(NS, "a")]),
@@ -193,10 +168,6 @@ async def test_a_name_pinned_list_finds_its_object_and_nothing_else(
         (f"{LIST}?fieldSelector=metadata.name!%3Da", [(NS, "c")]),
         (f"{TJ}/trainjobs?fieldSelector=metadata.name%3Da", [("other", "a"), (NS, "a")]),
         (f"{TJ}/trainjobs?fieldSelector=metadata.name%3Db", [("other", "b")]),
-        (
-            f"{LIST}?fieldSelector=metadata.name%3Db&resourceVersion={at}&resourceVersionMatch=Exact",
-            [(NS, "b")],
-        ),
     ]
     for path, expected in cases:
         code, body, _ = await api.call("GET", path)

@@ -125,18 +125,6 @@ async def test_a_name_pinned_watch_starts_from_its_object_alone(
     assert missing == []
 
 
-async def test_send_initial_events_requires_not_older_than(api: Api) -> None:
-    code, body, _ = await api.call(
-        "GET",
-        f"{TJ}/namespaces/{NS}/trainjobs?watch=true&sendInitialEvents=true&allowWatchBookmarks=true",
-    )
-    assert code == 422
-    assert body["message"] == (
-        'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents '
-        "requires setting resourceVersionMatch to NotOlderThan"
-    )
-
-
 async def test_label_and_field_selectors(api: Api, devcluster: DevCluster) -> None:
     devcluster.ensure_namespace(NS)
     rv = devcluster.store.rv

@@ -57,41 +57,18 @@ CONTINUE_EXPIRED = (
 )
 
 
-_FORBIDDEN, _NOT_SUPPORTED = "FieldValueForbidden", "FieldValueNotSupported"
+# List and watch options the development cluster does not serve, and what to do instead.
+_UNSERVED = {
+    "sendInitialEvents": "watch from resourceVersion 0 for the current objects first",
+    "resourceVersionMatch": "leave it out (a list reads the current state)",
+}
 
 
-def _list_options_error(reason: str, message: str) -> ApiError:
-    """The API server's 422 for ListOptions whose ``resourceVersionMatch`` does not go
-    with the rest (one cause)."""
-    cause = status.Cause(reason, message, "resourceVersionMatch")
-    return ApiError(
-        422,
-        "Invalid",
-        f'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: {message}',
-        {"group": "meta.k8s.io", "kind": "ListOptions", "causes": [cause.to_json()]},
-    )
-
-
-def check_list_options(query: Mapping[str, str]) -> None:
-    """ListOptions validation of ``resourceVersionMatch`` (the first fault, as one cause)."""
-    match = query.get("resourceVersionMatch") or ""
-    if not match:
-        return
-    rv = query.get("resourceVersion") or ""
-    if not rv:
-        problem = "resourceVersionMatch is forbidden unless resourceVersion is provided"
-    elif query.get("continue"):
-        problem = "resourceVersionMatch is forbidden when continue is provided"
-    elif match not in ("Exact", "NotOlderThan"):
-        raise _list_options_error(
-            _NOT_SUPPORTED,
-            f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan", ""',
-        )
-    elif match == "Exact" and rv == "0":
-        problem = 'resourceVersionMatch "exact" is forbidden for resourceVersion "0"'
-    else:
-        return
-    raise _list_options_error(_FORBIDDEN, f"Forbidden: {problem}")
+def refuse_unserved(query: Mapping[str, str]) -> None:
+    """A 400 naming the first option of ``_UNSERVED`` in the query, even empty."""
+    for name, instead in _UNSERVED.items():
+        if name in query:
+            raise status.bad_request(f"the development cluster does not serve {name}: {instead}")
 
 
 def _too_large(rv: int, current: int) -> ApiError:
@@ -111,8 +88,8 @@ def _too_large(rv: int, current: int) -> ApiError:
 
 def _read_version(store: Store, query: Mapping[str, str]) -> tuple[int | None, str]:
     """The resourceVersion a LIST reads at (None: the current state) and where its page
-    starts: a continue token's version, or ``resourceVersion`` with Exact; otherwise the
-    current state, which is never older than any version asked for."""
+    starts: a continue token's version; otherwise the current state, which is never
+    older than any version asked for."""
     token = query.get("continue")
     if token:
         rv, start = _decode_continue(token)
@@ -126,18 +103,16 @@ def _read_version(store: Store, query: Mapping[str, str]) -> tuple[int | None, s
         raise status.bad_request(f"invalid resource version: {text}") from exc
     if rv > store.rv:
         raise _too_large(rv, store.rv)
-    if query.get("resourceVersionMatch") == "Exact":
-        return rv, ""
     return None, ""
 
 
 def list_objects(
     store: Store, resource: ResourceType, namespace: str | None, query: Mapping[str, str]
 ) -> Obj:
-    """A ``<Kind>List``: the current state, or the state at a version the event window
-    still reaches (``resourceVersionMatch=Exact``, and every page after the first of a
-    paged list, so the pages make one consistent list)."""
-    check_list_options(query)
+    """A ``<Kind>List``: the current state, or for every page after the first of a paged
+    list the state at the first page's version while the event window reaches it, so the
+    pages make one consistent list."""
+    refuse_unserved(query)
     labels = parse_label_selector(query.get("labelSelector"))
     fields = parse_field_selector(query.get("fieldSelector"))
     at, start = _read_version(store, query)
@@ -148,8 +123,6 @@ def list_objects(
         try:
             objs = store.list_at(resource.qualified, namespace, at)
         except Expired as exc:
-            if not query.get("continue"):
-                raise ApiError(410, "Expired", str(exc)) from exc
             # An inconsistent token for the rest, read at the current version.
             inconsistent = {"continue": _encode_continue(-1, start)}
             raise ApiError(410, "Expired", CONTINUE_EXPIRED, list_meta=inconsistent) from exc
@@ -182,17 +155,6 @@ def _bookmark(resource: ResourceType, rv: int, initial_end: bool = False) -> byt
 def _expired_line(exc: Expired) -> bytes:
     error = ApiError(410, "Expired", str(exc))
     return dumps({"type": "ERROR", "object": error.to_json()}) + b"\n"
-
-
-def check_watch_options(query: Mapping[str, str]) -> None:
-    if (
-        query_flag(query, "sendInitialEvents")
-        and query.get("resourceVersionMatch") != "NotOlderThan"
-    ):
-        raise _list_options_error(
-            _FORBIDDEN,
-            "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-        )
 
 
 # A watch whose client has this much unread: it is cut off, as the real server cuts off
@@ -257,11 +219,11 @@ async def serve_watch(
     coroutine sends what the outbox holds, and bookmarks. A client that leaves more
     than ``buffer_limit`` bytes of events unsent is cut off."""
     query = request.query
-    check_watch_options(query)
+    refuse_unserved(query)
     labels = parse_label_selector(query.get("labelSelector"))
     fields = parse_field_selector(query.get("fieldSelector"))
     rv_text = query.get("resourceVersion", "")
-    initial = query_flag(query, "sendInitialEvents") or rv_text in ("", "0")
+    initial = rv_text in ("", "0")
     bookmarks = query_flag(query, "allowWatchBookmarks")
     if not initial:
         try:
