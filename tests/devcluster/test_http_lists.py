@@ -141,12 +141,19 @@ async def test_resource_version_match_and_send_initial_events_are_refused(
         ), query
 
 
-async def test_a_continue_token_that_is_not_one_is_a_400(api: Api) -> None:
+async def test_a_continue_token_or_limit_that_is_not_one_is_a_400(api: Api) -> None:
     code, body, _ = await api.call("GET", f"{LIST}?continue=bm90LWEtdG9rZW4")
     assert (code, body["reason"], body["message"]) == (
         400,
         "BadRequest",
-        "continue key is not valid: invalid continue token",
+        "invalid continue token: continue key is not valid: invalid character 'n' looking for "
+        "beginning of value",
+    )
+    code, body, _ = await api.call("GET", f"{LIST}?limit=ten")
+    assert (code, body["reason"], body["message"]) == (
+        400,
+        "BadRequest",
+        'strconv.ParseInt: parsing "ten": invalid syntax',
     )
 
 

@@ -9,6 +9,7 @@ bodies are compared by shape (their key paths) and by the fields named in each c
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import shutil
@@ -383,6 +384,44 @@ async def test_a_missing_names_404_quotes_it_as_go_does(both: Both, name: str) -
     dev, real = await both.call("GET", path)
     assert (dev.code, dev.body) == (real.code, real.body)
     assert real.code == 404
+
+
+def continue_token(**fields: Any) -> str:
+    raw = json.dumps({"v": "meta.k8s.io/v1", **fields}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "limit=abc",
+        "limit=-1",
+        "limit=1.5",
+        "continue=not-a-token",
+        "continue=" + continue_token(rv=0, start="x"),
+        "continue=" + continue_token(rv=-2, start="x"),
+        "continue=" + continue_token(rv=1, start=""),
+        "continue=" + continue_token(rv=1, start="team-a/x"),
+        "continue=" + continue_token(rv=1, start="a/../b"),
+        "continue=" + continue_token(rv=1, start="//a"),
+        "continue=eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MSwic3RhcnQiOiJ4In0=",
+        "continue=e30",
+        "continue="
+        + base64.urlsafe_b64encode(b'{"v": "other/v1", "rv": 1, "start": "x"}').decode(),
+        "continue=" + base64.urlsafe_b64encode(b'{"v": "meta.k8s.io/v1", "rv": 1,').decode(),
+        "limit=",
+        "limit=+2",
+        "limit=99999999999999999999",
+    ],
+)
+async def test_a_lists_wrong_paging_is_the_same_answer(both: Both, query: str) -> None:
+    both.each("ensure_namespace", NS)
+    both.each("create_trainjob", NS, "tj")
+    path = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs?{query}"
+    dev, real = await both.call("GET", path)
+    assert dev.code == real.code, (dev, real)
+    if real.code != 200:
+        assert dev.body == real.body
 
 
 @pytest.mark.parametrize("path", ["/.well-known/openid-configuration", "/openid/v1/jwks"])

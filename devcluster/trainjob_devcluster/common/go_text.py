@@ -208,3 +208,74 @@ def go_json(value: Any) -> str:
         items = (f"{_go_json_string(k)}:{go_json(value[k])}" for k in sorted(value))
         return "{" + ",".join(items) + "}"
     raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+# -- encoding/json's syntax errors -------------------------------------------------------
+
+
+def _reject_constant(name: str) -> Any:
+    raise json.JSONDecodeError("Expecting value", name, 0)
+
+
+def _quoted_byte(ch: str) -> str:
+    """The offending byte as Go's JSON scanner quotes it: ``'}'``, ``'\\n'``."""
+    if ch in "'\"":
+        return "'\\''" if ch == "'" else "'\"'"
+    return "'" + go_quote(ch)[1:-1] + "'"
+
+
+def _innermost(text: str, pos: int) -> str:
+    """The kind of container open at ``pos`` (``{`` or ``[``), strings skipped."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in text[:pos]:
+        if in_string:
+            escaped = not escaped and ch == "\\"
+            in_string = escaped or ch != '"'
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append(ch)
+        elif ch in "}]" and stack:
+            stack.pop()
+    return stack[-1] if stack else ""
+
+
+def _syntax_error(text: str, pos: int, msg: str) -> str:
+    if pos >= len(text.rstrip()) or msg.startswith("Unterminated string"):
+        return "unexpected end of JSON input"
+    ch = text[pos]
+    if msg.startswith("Expecting property name"):
+        where = "looking for beginning of object key string"
+    elif msg.startswith("Expecting ':'"):
+        where = "after object key"
+    elif msg.startswith("Expecting ','"):
+        inside = _innermost(text, pos)
+        where = "after object key:value pair" if inside == "{" else "after array element"
+    elif msg.startswith("Invalid control character"):
+        where = "in string literal"
+    elif msg.startswith("Invalid \\escape"):
+        ch, where = text[pos + 1 : pos + 2], "in string escape code"
+    elif msg.startswith("Extra data"):
+        where = "after top-level value"
+    else:
+        where = "looking for beginning of value"
+    return f"invalid character {_quoted_byte(ch)} {where}"
+
+
+def go_json_loads(data: bytes) -> Any:
+    """``data`` decoded as Go's encoding/json decodes it (invalid UTF-8 replaced, no NaN
+    or Infinity); ValueError with Go's syntax error message when it is not JSON."""
+    try:
+        return json.loads(data.decode("utf-8", errors="replace"), parse_constant=_reject_constant)
+    except json.JSONDecodeError:
+        pass
+    # Again with one character per byte: Go's scanner reads bytes, and names the first
+    # byte of a character it does not expect.
+    text = data.decode("latin-1")
+    try:
+        json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        pos = exc.pos if exc.doc == text else text.find(exc.doc)  # NaN, Infinity
+        raise ValueError(_syntax_error(text, pos, exc.msg)) from None
+    raise ValueError("invalid character in string literal")  # not reached: same syntax

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import json
+import posixpath
+import re
 import threading
 import time
 from collections import deque
@@ -13,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..common import status
+from ..common.go_text import go_json_loads, go_quote
 from ..common.resources import ResourceType
 from ..common.status import ApiError
 from ..storage.selectors import labels_match, parse_field_selector, parse_label_selector
@@ -26,18 +28,64 @@ def _encode_continue(rv: int, start: str) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
+_CONTINUE_VERSION = "meta.k8s.io/v1"
+_INVALID_CONTINUE = "invalid continue token: continue key is not valid"
+_BASE64URL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
 def _decode_continue(token: str) -> tuple[int, str]:
     """The resourceVersion a paged list is read at and the key its next page starts at
-    (rv -1: an inconsistent token, read at the current version)."""
+    (rv below 0: an inconsistent token, read at the current version); a 400 worded as
+    apimachinery's DecodeContinue for a token it would refuse."""
+    # Unpadded base64url, as Go's RawURLEncoding: the first byte outside the alphabet
+    # (padding included), or the last one of a single left-over byte, is the error.
+    bad = next((i for i, c in enumerate(token) if c not in _BASE64URL), None)
+    if bad is None and len(token) % 4 == 1:
+        bad = len(token) - 1
+    if bad is not None:
+        raise status.bad_request(f"{_INVALID_CONTINUE}: illegal base64 data at input byte {bad}")
     try:
-        padded = token + "=" * (-len(token) % 4)
-        data = json.loads(base64.urlsafe_b64decode(padded))
-        rv, start = data["rv"], data["start"]
-        if not isinstance(start, str) or type(rv) is not int or data.get("v") != "meta.k8s.io/v1":
-            raise TypeError
-        return rv, start
-    except (binascii.Error, ValueError, KeyError, TypeError) as exc:
-        raise status.bad_request("continue key is not valid: invalid continue token") from exc
+        data = go_json_loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except ValueError as exc:
+        raise status.bad_request(f"{_INVALID_CONTINUE}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise status.bad_request(_INVALID_CONTINUE)
+    version, rv, start = data.get("v", ""), data.get("rv", 0), data.get("start", "")
+    if not isinstance(version, str) or type(rv) is not int or not isinstance(start, str):
+        raise status.bad_request(_INVALID_CONTINUE)
+    problem = _continue_problem(version, rv, start)
+    if problem:
+        raise status.bad_request(f"{_INVALID_CONTINUE}: {problem}")
+    return rv, start
+
+
+def _continue_problem(version: str, rv: int, start: str) -> str:
+    """Why DecodeContinue refuses a decoded token, in its words; "" when it does not."""
+    if version != _CONTINUE_VERSION:
+        return f"server does not recognize this encoded version {version}"
+    if rv == 0:
+        return f"incorrect encoded start resourceVersion (version {version})"
+    if not start:
+        return f"encoded start key empty (version {version})"
+    # A start key that path.Clean would change (``..``, ``//``) could reach above the
+    # listed prefix in etcd.
+    key = start if start.startswith("/") else "/" + start
+    if posixpath.normpath(key) != key or key.startswith("//"):
+        return start
+    return ""
+
+
+def _limit(query: Mapping[str, str]) -> int:
+    """``limit`` as Go's strconv.ParseInt reads it (0 when absent: no limit)."""
+    if "limit" not in query:
+        return 0
+    text = query["limit"]
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise status.bad_request(f"strconv.ParseInt: parsing {go_quote(text)}: invalid syntax")
+    value = int(text)
+    if not -(1 << 63) <= value < 1 << 63:
+        raise status.bad_request(f"strconv.ParseInt: parsing {go_quote(text)}: value out of range")
+    return value
 
 
 def _key(obj: Obj) -> str:
@@ -113,6 +161,7 @@ def list_objects(
     list the state at the first page's version while the event window reaches it, so the
     pages make one consistent list."""
     refuse_unserved(query)
+    _limit(query)  # refused before anything else, as the real server decodes it first
     labels = parse_label_selector(query.get("labelSelector"))
     fields = parse_field_selector(query.get("fieldSelector"))
     at, start = _read_version(store, query)
@@ -130,7 +179,7 @@ def list_objects(
     if start:
         items = [obj for obj in items if _key(obj) >= start]
     meta: dict[str, Any] = {"resourceVersion": str(at), "continue": ""}
-    limit = int(query.get("limit") or 0)
+    limit = _limit(query)
     if 0 < limit < len(items):
         rest = items[limit:]
         items = items[:limit]
@@ -220,6 +269,7 @@ async def serve_watch(
     than ``buffer_limit`` bytes of events unsent is cut off."""
     query = request.query
     refuse_unserved(query)
+    _limit(query)  # refused before anything else, as the real server decodes it first
     labels = parse_label_selector(query.get("labelSelector"))
     fields = parse_field_selector(query.get("fieldSelector"))
     rv_text = query.get("resourceVersion", "")

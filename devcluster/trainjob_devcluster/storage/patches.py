@@ -10,10 +10,9 @@ All functions return a new document; their arguments are never modified.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from ..common.go_text import go_quote
+from ..common.go_text import go_json_loads
 from .objects import json_copy, json_equal
 
 __all__ = [
@@ -37,69 +36,13 @@ class PatchError(Exception):
 # -- decoding ---------------------------------------------------------------------------
 
 
-def _go_char(ch: str) -> str:
-    """A character as Go's JSON scanner quotes the offending byte: ``'}'``, ``'\\n'``."""
-    char = chr(ch.encode()[0]) if ch else "\x00"
-    if char in "'\"":
-        return "'\\''" if char == "'" else "'\"'"
-    return "'" + go_quote(char)[1:-1] + "'"
-
-
-def _innermost(text: str, pos: int) -> str:
-    """The kind of container open at ``pos`` (``{`` or ``[``), strings skipped."""
-    stack: list[str] = []
-    in_string = escaped = False
-    for ch in text[:pos]:
-        if in_string:
-            escaped = not escaped and ch == "\\"
-            in_string = escaped or ch != '"'
-        elif ch == '"':
-            in_string = True
-        elif ch in "{[":
-            stack.append(ch)
-        elif ch in "}]" and stack:
-            stack.pop()
-    return stack[-1] if stack else ""
-
-
-def _go_json_error(text: str, exc: json.JSONDecodeError) -> str:
-    """Python's JSON error reworded as Go's encoding/json words it."""
-    pos, msg = exc.pos, exc.msg
-    if pos >= len(text.rstrip()) or msg.startswith("Unterminated string"):
-        return "unexpected end of JSON input"
-    ch = text[pos]
-    if msg.startswith("Expecting property name"):
-        where = "looking for beginning of object key string"
-    elif msg.startswith("Expecting ':'"):
-        where = "after object key"
-    elif msg.startswith("Expecting ','"):
-        inside = _innermost(text, pos)
-        where = "after object key:value pair" if inside == "{" else "after array element"
-    elif msg.startswith("Invalid control character"):
-        where = "in string literal"
-    elif msg.startswith("Invalid \\escape"):
-        ch, where = text[pos + 1 : pos + 2], "in string escape code"
-    elif msg.startswith("Extra data"):
-        where = "after top-level value"
-    else:
-        where = "looking for beginning of value"
-    return f"invalid character {_go_char(ch)} {where}"
-
-
-def _reject_constant(name: str) -> Any:
-    raise json.JSONDecodeError("Expecting value", name, 0)
-
-
 def decode_patch(body: bytes) -> Any:
     """A patch document's JSON; PatchError (400) ``error decoding patch: ...`` if it is
     not JSON, worded as a real server words it."""
-    text = body.decode("utf-8", errors="replace")
     try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        if exc.doc != text:  # NaN/Infinity: Go has no such literal
-            exc = json.JSONDecodeError(exc.msg, text, text.find(exc.doc))
-        raise PatchError(f"error decoding patch: {_go_json_error(text, exc)}", 400) from exc
+        return go_json_loads(body)
+    except ValueError as exc:
+        raise PatchError(f"error decoding patch: {exc}", 400) from exc
 
 
 # -- JSON merge patch (RFC 7386) --------------------------------------------------------
