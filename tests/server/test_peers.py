@@ -1,8 +1,10 @@
 """The other replicas, as the EndpointSlices list them, and what a stopping replica hands
-them: the pure parts (``peers/ring.py``, ``peers/batch.py``)."""
+them: the pure parts (``peers/ring.py``, ``peers/batch.py``), and the forwarder's count
+of what it is giving."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 from collections import Counter
@@ -11,7 +13,7 @@ from typing import Any
 import pytest
 
 from trainjob_status_server.peers.batch import Handed, decode_batch, encode_batch
-from trainjob_status_server.peers.forwarding import queued
+from trainjob_status_server.peers.forwarding import Forwarder, queued
 from trainjob_status_server.peers.ring import Peer, ranked, ready_peers
 from trainjob_status_server.status.validation import (
     EncodedStatus,
@@ -177,3 +179,68 @@ def test_a_queued_update_for_the_owner_keeps_the_newest_and_every_final() -> Non
     assert queued([final], after) == [final, after]  # a final one is never replaced
     assert queued([final, after], newest) == [final, newest]
     assert queued([final, newest], after) == [final, newest]  # an older one is dropped
+
+
+class OneOwner:
+    """The replicas as the forwarder sees them: every TrainJob owned by ``PEER``, whose
+    hand-over waits for ``answer`` and then takes (or keeps) what it was given."""
+
+    def __init__(self, takes: bool) -> None:
+        self.takes = takes
+        self.asked = asyncio.Event()
+        self.answer = asyncio.Event()
+
+    def owner(self, key: tuple[str, str]) -> Peer:
+        return PEER
+
+    async def give(
+        self, peer: Peer, updates: list[tuple[tuple[str, str], EncodedStatus]], seconds: float
+    ) -> set[tuple[str, str]]:
+        self.asked.set()
+        await self.answer.wait()
+        return {key for key, _ in updates} if self.takes else set()
+
+
+class KeptHere:
+    """This replica's writer: what the owner did not take."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[tuple[str, str], EncodedStatus]] = []
+
+    async def write(self, namespace: str, name: str, update: EncodedStatus) -> None:
+        raise AssertionError("every TrainJob has an owner: nothing is written at once")
+
+    def submit(self, key: tuple[str, str], update: EncodedStatus) -> None:
+        self.submitted.append((key, update))
+
+
+PEER = Peer("10.0.0.2", 10443)
+
+
+@pytest.mark.parametrize("takes", [True, False])
+async def test_an_update_is_queued_from_its_post_until_its_owner_takes_it_or_it_is_kept(
+    takes: bool,
+) -> None:
+    """``queued`` never reads 0 while an update is on its way: not in the loop turn
+    between leaving the queue and the hand-over's request (what waits for it, at
+    shutdown or in a test, would go on without it)."""
+    owners, writer = OneOwner(takes), KeptHere()
+    forwarder = Forwarder(writer, owners, interval=0)  # type: ignore[arg-type]
+    await forwarder.start()
+    try:
+        update = handed("job1", 10).update
+        await forwarder.write("team-a", "job1", update)
+        seen = []
+        while not owners.asked.is_set():
+            seen.append(forwarder.queued)
+            await asyncio.sleep(0)
+        assert seen
+        assert set(seen) == {1}
+        assert forwarder.queued == 1
+        owners.answer.set()
+        while forwarder.queued:
+            await asyncio.sleep(0)
+        assert writer.submitted == ([] if takes else [(("team-a", "job1"), update)])
+    finally:
+        owners.answer.set()  # a failed check must not leave the give waiting
+        await forwarder.stop()

@@ -118,16 +118,17 @@ class Forwarder:
 
     async def _flush(self) -> None:
         queues, self._queues = self._queues, {}
-        if queues:
+        # Counted from the moment they leave the queues: the gives start a loop turn later.
+        giving = sum(len(queue) for queue in queues.values())
+        self._giving += giving
+        try:
             await asyncio.gather(*(self._give(peer, queue) for peer, queue in queues.items()))
+        finally:
+            self._giving -= giving
 
     async def _give(self, peer: Peer, queue: dict[Key, list[EncodedStatus]]) -> None:
         updates = [(key, update) for key, held in queue.items() for update in held]
-        self._giving += len(queue)
-        try:
-            taken = await self.replicas.give(peer, updates, GIVE_SECONDS)
-        finally:
-            self._giving -= len(queue)
+        taken = await self.replicas.give(peer, updates, GIVE_SECONDS)
         kept = [(key, update) for key, update in updates if key not in taken]
         if kept:
             log.warning(
