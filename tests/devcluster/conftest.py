@@ -10,6 +10,19 @@ from trainjob_devcluster import DevCluster
 TJ = "/apis/trainer.kubeflow.org/v1alpha1"
 
 
+def bad_request(message: str) -> dict[str, Any]:
+    """The Status body of a 400 as kube-apiserver writes it (members in its order)."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": "BadRequest",
+        "code": 400,
+    }
+
+
 class Api:
     """A thin HTTP client for tests: real sockets, TLS verified against the cluster CA."""
 

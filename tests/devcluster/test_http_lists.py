@@ -6,7 +6,7 @@ from typing import Any
 
 from trainjob_devcluster import DevCluster
 
-from .conftest import TJ, Api
+from .conftest import TJ, Api, bad_request
 
 NS = "rec"
 LIST = f"{TJ}/namespaces/{NS}/trainjobs"
@@ -129,15 +129,7 @@ async def test_resource_version_match_and_send_initial_events_are_refused(
         code, body, _ = await api.call("GET", f"{LIST}?{query}")
         assert (code, body) == (
             400,
-            {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Failure",
-                "message": message,
-                "reason": "BadRequest",
-                "code": 400,
-            },
+            bad_request(message),
         ), query
 
 

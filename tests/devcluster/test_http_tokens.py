@@ -7,7 +7,7 @@ from typing import Any
 
 from trainjob_devcluster import DevCluster
 
-from .conftest import TJ, Api
+from .conftest import TJ, Api, bad_request
 
 NS = "rec"
 AUD = "trainer.kubeflow.org/v1alpha1/namespaces/rec/trainjobs/tj-rec/status"
@@ -76,15 +76,7 @@ async def test_wrongly_typed_token_bodies_are_bad_requests(
         code, answer, _ = await api.call("POST", path, body)
         assert (code, answer) == (
             400,
-            {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Failure",
-                "message": message,
-                "reason": "BadRequest",
-                "code": 400,
-            },
+            bad_request(message),
         )
 
 

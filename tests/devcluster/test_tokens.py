@@ -19,6 +19,8 @@ from trainjob_devcluster.auth.tokens import SigningKeys, TokenIssuer
 from trainjob_devcluster.common.status import ApiError
 from trainjob_devcluster.http.nonresource import acceptable, not_acceptable
 
+from .conftest import bad_request
+
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 AUD = "trainer.kubeflow.org/v1alpha1/namespaces/rec/trainjobs/tj-rec/status"
 SA_UID = "d45f01f3-8678-4a0a-8120-0bb8ab1119b8"
@@ -491,15 +493,7 @@ def test_wrongly_typed_fields_are_bad_requests(
 ) -> None:
     with pytest.raises(ApiError) as exc:
         issuer.request_token("rec", SERVICE_ACCOUNT, body, objects)
-    assert exc.value.to_json() == {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": "BadRequest",
-        "code": 400,
-    }
+    assert exc.value.to_json() == bad_request(message)
 
 
 def test_null_fields_read_as_absent(issuer: TokenIssuer, objects: Objects) -> None:

@@ -161,7 +161,7 @@ def list_objects(
     list the state at the first page's version while the event window reaches it, so the
     pages make one consistent list."""
     refuse_unserved(query)
-    _limit(query)  # refused before anything else, as the real server decodes it first
+    limit = _limit(query)  # refused before anything else, as the real server decodes it first
     labels = parse_label_selector(query.get("labelSelector"))
     fields = parse_field_selector(query.get("fieldSelector"))
     at, start = _read_version(store, query)
@@ -179,7 +179,6 @@ def list_objects(
     if start:
         items = [obj for obj in items if _key(obj) >= start]
     meta: dict[str, Any] = {"resourceVersion": str(at), "continue": ""}
-    limit = _limit(query)
     if 0 < limit < len(items):
         rest = items[limit:]
         items = items[:limit]

@@ -18,9 +18,12 @@ from . import discovery
 from .httpserver import Request, Response
 
 _HEALTH = ("/healthz", "/livez", "/readyz")
+_JWKS = "/openid/v1/jwks"
 # The issuer's documents and the one type each route produces.
-_CONFIGURATION = ("/.well-known/openid-configuration", "application/json")
-_JWKS = ("/openid/v1/jwks", "application/jwk-set+json")
+_ISSUER_DOCUMENTS = {
+    "/.well-known/openid-configuration": "application/json",
+    _JWKS: "application/jwk-set+json",
+}
 
 
 def acceptable(accept: str | None, produces: str) -> bool:
@@ -56,19 +59,22 @@ class NonResourcePaths:
         accept = request.headers.get("Accept")
         if path in _HEALTH or path.startswith(tuple(p + "/" for p in _HEALTH)):
             return Response(200, b"ok", "text/plain; charset=utf-8")
-        for route, produces in (_CONFIGURATION, _JWKS):
-            if path == route and not acceptable(accept, produces):
-                error = not_acceptable(produces)
-                return self._json(error.code, error.to_json())
-        if path == _CONFIGURATION[0]:
-            base = f"{request.scheme}://{request.host}"
-            return self._json(200, self.tokens.openid_configuration(base))
-        if path == _JWKS[0]:
-            return Response(200, dumps(self.tokens.jwks()), _JWKS[1])
+        if path in _ISSUER_DOCUMENTS:
+            return self._issuer_document(request, path, accept)
         answer = discovery.discover(self.resources, path, accept, request.host)
         if answer is None:
             return _not_found()
         return Response(answer.status, dumps(answer.body), answer.content_type)
+
+    def _issuer_document(self, request: Request, path: str, accept: str | None) -> Response:
+        produces = _ISSUER_DOCUMENTS[path]
+        if not acceptable(accept, produces):
+            error = not_acceptable(produces)
+            return self._json(error.code, error.to_json())
+        if path == _JWKS:
+            return Response(200, dumps(self.tokens.jwks()), produces)
+        base = f"{request.scheme}://{request.host}"
+        return self._json(200, self.tokens.openid_configuration(base))
 
     @staticmethod
     def _json(code: int, body: Any) -> Response:
